@@ -1,0 +1,660 @@
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler, with fake GPU nodes (and one plain node) whose pods the node agent runs as local processes.
+
+Used by the `kube_cluster` pytest fixture and by the `up`, `down` and `demo` scripts next to this file.
+Run `tests/cluster/setup` once first: it installs etcd and builds the Kubernetes binaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tests.cluster import processes
+from tests.cluster.pki import CertificatePair, ClusterPki, make_cluster_pki
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+CLUSTER_DIRECTORY = Path(__file__).resolve().parent
+NODE_AGENT_SCRIPT = CLUSTER_DIRECTORY / "nodeagent.py"
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+
+
+class ClusterError(RuntimeError):
+    """The control plane could not be started or is unusable; the message says what to do."""
+
+
+class ClusterBinariesMissingError(ClusterError):
+    """The Kubernetes binaries or etcd are not installed; `tests/cluster/setup` installs them."""
+
+
+def _pinned_version(go_mod: Path, module: str) -> str:
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod.read_text(), re.MULTILINE)
+    if match is None:
+        raise ClusterError(f"{go_mod} does not require {module}")
+    return match.group(1)
+
+
+def kubernetes_version() -> str:
+    """The Kubernetes release the tools module pins, e.g. v1.37.2."""
+    return _pinned_version(CLUSTER_DIRECTORY / "go" / "kube" / "go.mod", "k8s.io/kubernetes")
+
+
+def helm_version() -> str:
+    """The Helm release the helm module pins."""
+    return _pinned_version(CLUSTER_DIRECTORY / "go" / "helm" / "go.mod", "helm.sh/helm/v4")
+
+
+def cache_directory() -> Path:
+    """Where built binaries are kept between runs; BATCHMARK_CLUSTER_CACHE overrides it."""
+    override = os.environ.get("BATCHMARK_CLUSTER_CACHE")
+    if override:
+        return Path(override)
+    return Path.home() / ".cache" / "batchmark" / "cluster"
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of the programs a control plane runs; helm is None when it was not built."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+    helm: Path | None
+
+
+def locate_binaries() -> Binaries:
+    """Find the cached Kubernetes binaries and etcd, or say how to get them."""
+    kube_directory = cache_directory() / kubernetes_version()
+    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+    missing = [name for name in names if not os.access(kube_directory / name, os.X_OK)]
+    etcd = shutil.which("etcd") or ("/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None)
+    if etcd is None:
+        missing.append("etcd (Debian package etcd-server)")
+    if missing:
+        raise ClusterBinariesMissingError(
+            f"missing {', '.join(missing)} (looked in {kube_directory}); "
+            "run tests/cluster/setup to install them"
+        )
+    helm = cache_directory() / f"helm-{helm_version()}" / "helm"
+    return Binaries(
+        etcd=Path(etcd) if etcd else Path("/usr/bin/etcd"),
+        kube_apiserver=kube_directory / "kube-apiserver",
+        kube_controller_manager=kube_directory / "kube-controller-manager",
+        kube_scheduler=kube_directory / "kube-scheduler",
+        kubectl=kube_directory / "kubectl",
+        helm=helm if os.access(helm, os.X_OK) else None,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _base64_file(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_certificate: Path,
+    user: str,
+    *,
+    client: CertificatePair | None = None,
+    token: str | None = None,
+    namespace: str = "default",
+) -> None:
+    """Write a self-contained kubeconfig (credentials embedded), readable by kubectl, helm and the clients."""
+    credentials: dict[str, str] = {}
+    if client is not None:
+        credentials["client-certificate-data"] = _base64_file(client.certificate)
+        credentials["client-key-data"] = _base64_file(client.key)
+    if token is not None:
+        credentials["token"] = token
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "batchmark-test",
+                "cluster": {"server": server, "certificate-authority-data": _base64_file(ca_certificate)},
+            }
+        ],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [
+            {
+                "name": "batchmark-test",
+                "context": {"cluster": "batchmark-test", "user": user, "namespace": namespace},
+            }
+        ],
+        "current-context": "batchmark-test",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # JSON is YAML, and keeps this module free of a YAML dependency.
+    path.write_text(json.dumps(kubeconfig, indent=2))
+    path.chmod(0o600)
+
+
+def node_manifest(name: str, gpus: int, gpu_product: str) -> dict[str, Any]:
+    """A Node as its kubelet would register it; with GPUs, also as NVIDIA's device plugin and GPU feature
+    discovery label and taint it. Without GPUs (gpus=0) it is a plain node for the operator and the like."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "batchmark.dev/fake-node": "true",
+    }
+    spec: dict[str, Any] = {}
+    if gpus:
+        labels |= {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": gpu_product,
+            "nvidia.com/gpu.count": str(gpus),
+        }
+        spec["taints"] = [GPU_TAINT]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def node_status(gpus: int) -> dict[str, Any]:
+    """The status part: capacity, allocatable and a Ready condition, as a kubelet reports them."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "500Gi"}
+    if gpus:
+        resources["nvidia.com/gpu"] = str(gpus)
+    conditions = [
+        {
+            "type": condition_type,
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        for condition_type, reason, message in (
+            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        )
+    ]
+    conditions.append(
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "batchmark node agent is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+    )
+    return {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": conditions,
+        "addresses": [
+            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "Hostname", "address": "localhost"},
+        ],
+        "nodeInfo": {
+            "architecture": "amd64",
+            "operatingSystem": "linux",
+            "kubeletVersion": kubernetes_version(),
+            "containerRuntimeVersion": "batchmark-nodeagent://local-process",
+            "kernelVersion": os.uname().release,
+            "osImage": "batchmark fake node",
+            "kubeProxyVersion": "",
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+        },
+    }
+
+
+@dataclass
+class ClusterLayout:
+    """The files of one run, all under its run directory."""
+
+    run_directory: Path
+
+    @property
+    def pki_directory(self) -> Path:
+        return self.run_directory / "pki"
+
+    @property
+    def log_directory(self) -> Path:
+        return self.run_directory / "logs"
+
+    @property
+    def pid_directory(self) -> Path:
+        return self.run_directory / "pids"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.run_directory / "admin.kubeconfig"
+
+    @property
+    def node_agent_directory(self) -> Path:
+        return self.run_directory / "nodeagent"
+
+    @property
+    def state_file(self) -> Path:
+        return self.run_directory / "cluster.json"
+
+
+@dataclass
+class ControlPlane:
+    """One local control plane. start() brings it up, stop() stops every process it started, by PID."""
+
+    run_directory: Path
+    binaries: Binaries = field(default_factory=locate_binaries)
+    gpu_node_names: tuple[str, ...] = ("gpu-node-0", "gpu-node-1")
+    # Untainted and without GPUs: where pods that do not ask for GPUs run, such as the operator's.
+    cpu_node_names: tuple[str, ...] = ("cpu-node-0",)
+    gpus_per_node: int = 8
+    gpu_product: str = DEFAULT_GPU_PRODUCT
+    server: str = ""
+    _pki: ClusterPki | None = None
+    _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _node_agent: processes.ProcessRecord | None = None
+
+    @property
+    def layout(self) -> ClusterLayout:
+        return ClusterLayout(self.run_directory)
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (group system:masters)."""
+        return self.layout.kubeconfig
+
+    @property
+    def pki(self) -> ClusterPki:
+        if self._pki is None:
+            raise ClusterError("the control plane has not been started")
+        return self._pki
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def start(self, timeout_seconds: float = 120) -> None:
+        """Start everything, create the fake GPU nodes and wait until pods can be created."""
+        self.run_directory.mkdir(parents=True, exist_ok=True)
+        # Ports are picked free just before use; another run may still grab one in between, which shows as
+        # an early exit of the component, so such a start is retried with new ports.
+        for attempt in range(3):
+            try:
+                self._start_once(timeout_seconds)
+                return
+            except _PortTakenError:
+                self.stop()
+                if attempt == 2:
+                    raise ClusterError("could not find free ports for the control plane") from None
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_seconds: float) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        layout = self.layout
+        self._pki = make_cluster_pki(layout.pki_directory)
+        etcd_client_port, etcd_peer_port, apiserver_port = _free_port(), _free_port(), _free_port()
+        self.server = f"https://127.0.0.1:{apiserver_port}"
+
+        self._start_component(
+            "etcd",
+            [
+                str(self.binaries.etcd),
+                "--name=batchmark-test",
+                f"--data-dir={self.run_directory / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_client_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_client_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+                f"--initial-cluster=batchmark-test=http://127.0.0.1:{etcd_peer_port}",
+                # Test data is thrown away; waiting for fsync only slows every write.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        pki = self.pki
+        self._start_component(
+            "kube-apiserver",
+            [
+                str(self.binaries.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={apiserver_port}",
+                f"--cert-dir={self.run_directory / 'apiserver'}",
+                f"--tls-cert-file={pki.apiserver.certificate}",
+                f"--tls-private-key-file={pki.apiserver.key}",
+                f"--client-ca-file={pki.ca.certificate}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.service_account_public_key}",
+                f"--service-account-signing-key-file={pki.service_account_private_key}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                # No kubelets or kube-proxy serve the `kubernetes` Service's endpoints here.
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+
+        for name, pair in (("controller-manager", pki.controller_manager), ("scheduler", pki.scheduler)):
+            user = f"system:kube-{name}"
+            write_kubeconfig(
+                self.run_directory / f"{name}.kubeconfig", self.server, pki.ca.certificate, user, client=pair
+            )
+        write_kubeconfig(
+            layout.kubeconfig, self.server, pki.ca.certificate, "batchmark-admin", client=pki.admin
+        )
+
+        # The controller manager and the scheduler retry until the API server answers, so they start now
+        # rather than after it is ready: that overlaps their start-up with its.
+        self._start_component(
+            "kube-controller-manager",
+            [
+                str(self.binaries.kube_controller_manager),
+                f"--kubeconfig={self.run_directory / 'controller-manager.kubeconfig'}",
+                # Without kubelets the node lifecycle controller would mark the fake nodes NotReady and
+                # evict their pods.
+                "--controllers=*,-node-lifecycle-controller",
+                "--use-service-account-credentials=true",
+                f"--root-ca-file={pki.ca.certificate}",
+                f"--service-account-private-key-file={pki.service_account_private_key}",
+                f"--cluster-signing-cert-file={pki.ca.certificate}",
+                f"--cluster-signing-key-file={pki.ca.key}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--v=1",
+            ],
+        )
+        self._start_component(
+            "kube-scheduler",
+            [
+                str(self.binaries.kube_scheduler),
+                f"--kubeconfig={self.run_directory / 'scheduler.kubeconfig'}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--v=1",
+            ],
+        )
+
+        self._wait_until(deadline, "kube-apiserver /readyz", lambda: self._get("/readyz") is not None)
+        self.create_nodes()
+        # The service-account controller creates `default` in each namespace; its presence shows the
+        # controller manager works, and pods cannot be created before it exists.
+        self._wait_until(
+            deadline,
+            "the default ServiceAccount",
+            lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") is not None,
+        )
+        self._write_state()
+
+    def _start_component(self, name: str, command: list[str]) -> None:
+        process, _ = processes.start_detached(
+            name, command, self.layout.log_directory / f"{name}.log", self.layout.pid_directory
+        )
+        self._children.append(process)
+
+    def _write_state(self) -> None:
+        state = {
+            "server": self.server,
+            "kubeconfig": str(self.kubeconfig),
+            "nodes": list(self.node_names),
+            "kubernetes_version": kubernetes_version(),
+        }
+        self.layout.state_file.write_text(json.dumps(state, indent=2))
+
+    def _check_children(self) -> None:
+        for process in self._children:
+            if process.poll() is not None:
+                name = (
+                    Path(str(process.args[0])).name if isinstance(process.args, list) else str(process.args)
+                )
+                log = self.layout.log_directory / f"{name}.log"
+                tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+                if "address already in use" in tail:
+                    raise _PortTakenError()
+                raise ClusterError(f"{name} exited with status {process.returncode}; end of {log}:\n{tail}")
+
+    def _wait_until(self, deadline: float, what: str, condition: Any) -> None:
+        while True:
+            self._check_children()
+            if condition():
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what}; logs are in {self.layout.log_directory}")
+            time.sleep(0.1)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.ca.certificate))
+        context.load_cert_chain(str(self.pki.admin.certificate), str(self.pki.admin.key))
+        return context
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as answer:
+            payload = answer.read()
+        return json.loads(payload) if payload.startswith(b"{") else payload.decode()
+
+    def _get(self, path: str) -> Any:
+        """The answer to a GET, or None while the server is not there or says no."""
+        try:
+            return self.request("GET", path)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError):
+            return None
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return self.gpu_node_names + self.cpu_node_names
+
+    def create_nodes(self) -> None:
+        """Register the fake nodes (idempotent)."""
+        for name in self.node_names:
+            gpus = self.gpus_per_node if name in self.gpu_node_names else 0
+            try:
+                self.request("POST", "/api/v1/nodes", node_manifest(name, gpus, self.gpu_product))
+            except urllib.error.HTTPError as error:
+                if error.code != 409:
+                    raise
+            # Admission taints every new node not-ready; the node lifecycle controller, which is off here,
+            # would lift that taint once the node reports Ready. Setting the taints lifts it.
+            manifest = node_manifest(name, gpus, self.gpu_product)
+            self.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}",
+                {"spec": {"taints": manifest["spec"].get("taints")}},
+                "application/merge-patch+json",
+            )
+            # A kubelet sets the status through the status subresource; creation may drop it.
+            self.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}/status",
+                {"status": node_status(gpus)},
+                "application/merge-patch+json",
+            )
+
+    def api_client(self) -> ApiClient:
+        """A client of the official `kubernetes` package, authenticated as the admin."""
+        from kubernetes.client import ApiClient, Configuration
+
+        configuration = Configuration(
+            host=self.server,
+            ssl_ca_cert=str(self.pki.ca.certificate),
+            cert_file=str(self.pki.admin.certificate),
+            key_file=str(self.pki.admin.key),
+        )
+        return ApiClient(configuration)
+
+    def start_node_agent(self, timeout_seconds: float = 30) -> None:
+        """Start the node agent that runs the fake nodes' pods as local processes."""
+        if self._node_agent is not None and processes.is_alive(self._node_agent):
+            return
+        directory = self.layout.node_agent_directory
+        ready_file = directory / "ready"
+        ready_file.unlink(missing_ok=True)
+        command = [sys.executable, str(NODE_AGENT_SCRIPT), "--kubeconfig", str(self.kubeconfig)]
+        command += ["--work-dir", str(directory), "--pid-dir", str(self.layout.pid_directory)]
+        command += ["--ready-file", str(ready_file)]
+        for node in self.node_names:
+            command += ["--node", node]
+        process, record = processes.start_detached(
+            "nodeagent", command, self.layout.log_directory / "nodeagent.log", self.layout.pid_directory
+        )
+        self._node_agent = record
+        deadline = time.monotonic() + timeout_seconds
+        while not ready_file.exists():
+            if process.poll() is not None:
+                log = (self.layout.log_directory / "nodeagent.log").read_text(errors="replace")[-3000:]
+                raise ClusterError(f"the node agent exited with status {process.returncode}:\n{log}")
+            if time.monotonic() > deadline:
+                raise ClusterError("timed out waiting for the node agent to start")
+            time.sleep(0.05)
+
+    def stop_node_agent(self) -> None:
+        """Stop the node agent; it stops the processes of the pods it runs."""
+        if self._node_agent is not None:
+            processes.stop(self._node_agent, grace_seconds=15)
+            processes.forget(self.layout.pid_directory, self._node_agent)
+            self._node_agent = None
+
+    def kubectl(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl as the admin; output captured as text."""
+        return subprocess.run(
+            [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *arguments],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+        )
+
+    def helm(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the built helm as the admin; output captured as text."""
+        if self.binaries.helm is None:
+            raise ClusterBinariesMissingError("helm is not built; run tests/cluster/build")
+        return subprocess.run(
+            [str(self.binaries.helm), f"--kubeconfig={self.kubeconfig}", *arguments],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=300,
+        )
+
+    @property
+    def node_agent_running(self) -> bool:
+        return self._node_agent is not None and processes.is_alive(self._node_agent)
+
+    def stop(self) -> None:
+        """Stop every recorded process of this run, newest first, and collect our children."""
+        processes.stop_all(self.layout.pid_directory, grace_seconds=10)
+        for process in self._children:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._children.clear()
+        self._node_agent = None
+
+
+class _PortTakenError(Exception):
+    """A component could not bind its port because another process took it first."""
+
+
+def _command_up(arguments: argparse.Namespace) -> int:
+    run_directory = Path(arguments.run_dir).resolve()
+    if (run_directory / "pids").exists() and any(
+        processes.is_alive(record) for record in processes.read_records(run_directory / "pids")
+    ):
+        print(
+            f"a cluster already runs from {run_directory}; stop it with tests/cluster/down", file=sys.stderr
+        )
+        return 1
+    if run_directory.exists():
+        shutil.rmtree(run_directory)
+    try:
+        binaries = locate_binaries()
+    except ClusterBinariesMissingError as error:
+        print(error, file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    control_plane = ControlPlane(run_directory, binaries)
+    try:
+        control_plane.start()
+        if not arguments.no_node_agent:
+            control_plane.start_node_agent()
+    except ClusterError as error:
+        control_plane.stop()
+        print(error, file=sys.stderr)
+        return 1
+    print(
+        f"control plane up in {time.monotonic() - started:.1f} s at {control_plane.server}", file=sys.stderr
+    )
+    print(f"export KUBECONFIG={control_plane.kubeconfig}")
+    (run_directory / "env").write_text(
+        f"export KUBECONFIG={control_plane.kubeconfig}\nexport PATH={binaries.kubectl.parent}:$PATH\n"
+    )
+    return 0
+
+
+def _command_down(arguments: argparse.Namespace) -> int:
+    run_directory = Path(arguments.run_dir).resolve()
+    stopped = processes.stop_all(run_directory / "pids", grace_seconds=10)
+    print(f"stopped {len(stopped)} processes of {run_directory}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="start a control plane with fake GPU nodes and the node agent")
+    up.add_argument("--run-dir", required=True, help="folder for the PKI, data, logs and kubeconfig")
+    up.add_argument("--no-node-agent", action="store_true", help="do not run pods")
+    down = commands.add_parser("down", help="stop every process a control plane started")
+    down.add_argument("--run-dir", required=True)
+    arguments = parser.parse_args(argv)
+    if arguments.command == "up":
+        return _command_up(arguments)
+    return _command_down(arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

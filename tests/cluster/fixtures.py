@@ -1,0 +1,50 @@
+"""pytest fixtures that give tests a real Kubernetes control plane.
+
+Registered from tests/conftest.py with `pytest_plugins = ["tests.cluster.fixtures"]`.
+Without the binaries (`tests/cluster/setup` builds them) the tests that use these fixtures are skipped,
+unless BATCHMARK_REQUIRE_CLUSTER=1 (as in CI), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.controlplane import ClusterBinariesMissingError, ControlPlane, locate_binaries
+
+# What tests see: the control plane, with `kubeconfig`, `server`, `api_client()`, `kubectl()`, `helm()`,
+# `start_node_agent()`, `stop_node_agent()` and `node_names`.
+KubeCluster = ControlPlane
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """One control plane for the whole session, with fake GPU nodes and the node agent running."""
+    try:
+        binaries = locate_binaries()
+    except ClusterBinariesMissingError as error:
+        if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
+    # Under pytest's temporary folder, which keeps the logs of the last runs for post-mortems.
+    control_plane = ControlPlane(tmp_path_factory.mktemp("kube-cluster"), binaries)
+    try:
+        control_plane.start()
+        control_plane.start_node_agent()
+        yield control_plane
+    finally:
+        control_plane.stop()
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (with everything in it) afterwards."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    kube_cluster.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    yield name
+    kube_cluster.request("DELETE", f"/api/v1/namespaces/{name}")

@@ -1,0 +1,1137 @@
+"""A kubelet stand-in for fake nodes: it runs each pod bound to them as local processes.
+
+It watches the pods bound to its nodes and, for each one, as a kubelet would:
+
+- materialises the pod's ConfigMap, Secret, projected (service-account token, ConfigMap, Secret, downward
+  API), downward-API and emptyDir volumes as files under a folder of the pod's own, and uses hostPath
+  volumes as they are;
+- builds each container's environment (`env` with `value` and `valueFrom` for ConfigMaps, Secrets and pod
+  fields, `envFrom`), expands `$(VAR)` references in command and args, and starts the command in its
+  working directory; an image is never pulled: the command runs with this machine's programs, the agent's
+  own Python environment first on PATH (so `batchmark` is this checkout's);
+- runs init containers one after another, then the containers, restarting them as `restartPolicy` says;
+- reports the pod's status (Pending, Running, Succeeded or Failed, conditions, container states with exit
+  code, reason and termination message) and events;
+- on deletion sends SIGTERM, then SIGKILL after the grace period, then removes the pod as a kubelet does;
+- enforces the pod's `activeDeadlineSeconds` (the Job controller's deadline works by deleting pods).
+
+Absolute paths: a container sees its volumes at their mount paths, which a process on this machine cannot
+without a container runtime. So every mount path (and the termination message path) is mapped to a folder
+of the pod's, and each argument and environment value that is such a path, or starts with one (also as the
+value of `--flag=/path`), is rewritten to the mapped path. A program that builds such paths itself,
+without getting them from its arguments or environment, does not see its files.
+
+Service-account credentials: when the pod has a service-account token volume (the `kube-api-access-*` one
+that admission adds), the agent requests a token bound to the pod with the TokenRequest API, writes it
+where the volume is mapped, and also writes a kubeconfig using it, named by `KUBECONFIG`. The agent does not
+set KUBERNETES_SERVICE_HOST, so clients that try in-cluster configuration first fall back to KUBECONFIG.
+
+Not supported: images' entrypoints (a container without `command` runs --default-entrypoint), probes (a
+running container counts as ready), resource limits, network isolation (every pod's IP is 127.0.0.1 and
+its ports are this machine's), `kubectl logs` and `exec` (the output is in the pod's folder, in
+`<container>.log`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+# Environment variables handed on from the agent to every container, so programs find their caches and
+# configuration as they do outside a pod.
+PASSED_ON_VARIABLES = (
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "XDG_CACHE_HOME",
+    "COVERAGE_PROCESS_START",
+)
+# The largest termination message a kubelet keeps, and the fallback from logs' limits.
+TERMINATION_MESSAGE_LIMIT = 4096
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+HEARTBEAT_SECONDS = 30
+# A kubelet backs off restarting crashing containers for 10 s up to 5 min; tests want it quicker.
+RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0)
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(value: str) -> float:
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+
+
+class ApiError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:500]}")
+        self.status = status
+
+
+class KubeApi:
+    """A small client of the Kubernetes REST API, configured from a kubeconfig file."""
+
+    def __init__(self, kubeconfig_path: Path, credentials_directory: Path) -> None:
+        text = kubeconfig_path.read_text()
+        try:
+            config: JsonObject = json.loads(text)
+        except json.JSONDecodeError:
+            import yaml  # only kubeconfigs not written by the control plane are YAML
+
+            config = yaml.safe_load(text)
+        context_name = config["current-context"]
+        context = next(item["context"] for item in config["contexts"] if item["name"] == context_name)
+        cluster = next(item["cluster"] for item in config["clusters"] if item["name"] == context["cluster"])
+        user = next(item["user"] for item in config["users"] if item["name"] == context["user"])
+        self.server: str = cluster["server"].rstrip("/")
+        self.ca_pem: bytes = base64.b64decode(cluster["certificate-authority-data"])
+        self._token: str | None = user.get("token")
+        credentials_directory.mkdir(parents=True, exist_ok=True)
+        self._context = ssl.create_default_context(cadata=self.ca_pem.decode())
+        if "client-certificate-data" in user:
+            # The ssl module reads client certificates only from files.
+            certificate = credentials_directory / "client.crt"
+            key = credentials_directory / "client.key"
+            certificate.write_bytes(base64.b64decode(user["client-certificate-data"]))
+            key.touch(mode=0o600)
+            key.write_bytes(base64.b64decode(user["client-key-data"]))
+            self._context.load_cert_chain(str(certificate), str(key))
+
+    def _open(self, method: str, path: str, body: Any, content_type: str, timeout: float) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        if self._token is not None:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            return urllib.request.urlopen(request, context=self._context, timeout=timeout)
+        except urllib.error.HTTPError as error:
+            raise ApiError(error.code, error.read().decode(errors="replace")) from None
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30,
+    ) -> JsonObject:
+        with self._open(method, path, body, content_type, timeout) as answer:
+            decoded: JsonObject = json.loads(answer.read())
+            return decoded
+
+    def get(self, path: str) -> JsonObject:
+        return self.call("GET", path)
+
+    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[JsonObject]:
+        """The watch events of a collection, until the server ends the watch after timeout_seconds."""
+        separator = "&" if "?" in path else "?"
+        query = urllib.parse.urlencode(
+            {
+                "watch": "1",
+                "resourceVersion": resource_version,
+                "timeoutSeconds": str(timeout_seconds),
+                "allowWatchBookmarks": "true",
+            }
+        )
+        with self._open("GET", f"{path}{separator}{query}", None, "", timeout_seconds + 30) as stream:
+            for line in stream:
+                if line.strip():
+                    event: JsonObject = json.loads(line)
+                    yield event
+
+
+@dataclass
+class PathMap:
+    """Where each absolute path a container expects lies on this machine."""
+
+    mounts: list[tuple[str, Path]] = field(default_factory=list)
+
+    def add(self, container_path: str, local_path: Path) -> None:
+        self.mounts.append((container_path.rstrip("/") or "/", local_path))
+        # The longest (most specific) mount path must win.
+        self.mounts.sort(key=lambda mount: len(mount[0]), reverse=True)
+
+    def local(self, container_path: str) -> str | None:
+        for mount_path, local_path in self.mounts:
+            if container_path == mount_path:
+                return str(local_path)
+            if container_path.startswith(mount_path + "/"):
+                return str(local_path / container_path[len(mount_path) + 1 :])
+        return None
+
+    def rewrite(self, value: str) -> str:
+        """The value with a leading mounted path replaced, also after `--flag=`."""
+        mapped = self.local(value)
+        if mapped is not None:
+            return mapped
+        name, equals, rest = value.partition("=")
+        if equals and rest.startswith("/"):
+            mapped = self.local(rest)
+            if mapped is not None:
+                return f"{name}={mapped}"
+        return value
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
+
+
+def expand_references(value: str, environment: Mapping[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion: known variables are replaced, $$ escapes, unknown ones stay as is."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return environment.get(name, match.group(0))
+
+    return _REFERENCE.sub(replace, value)
+
+
+class PodConfigError(Exception):
+    """A ConfigMap, Secret or key the pod needs does not exist yet; the kubelet keeps retrying."""
+
+
+@dataclass
+class ContainerRun:
+    """The state of one container, as the pod status reports it."""
+
+    name: str
+    spec: JsonObject
+    init: bool
+    restart_count: int = 0
+    state: JsonObject = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: JsonObject = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    # Each container sees the pod's volumes at its own mount paths, and has a termination message file
+    # of its own at the same path as its siblings'.
+    paths: PathMap = field(default_factory=PathMap)
+    termination_message_file: Path | None = None
+
+    def status(self, image_id: str) -> JsonObject:
+        running = "running" in self.state
+        return {
+            "name": self.name,
+            "image": self.spec.get("image", ""),
+            "imageID": image_id,
+            "containerID": f"batchmark-nodeagent://{self.process.pid}" if self.process else "",
+            "restartCount": self.restart_count,
+            "ready": running,
+            "started": running,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
+
+
+class PodWorker:
+    """Runs one pod to its end, or until it is deleted."""
+
+    def __init__(self, agent: NodeAgent, pod: JsonObject) -> None:
+        self.agent = agent
+        self.pod = pod
+        metadata = pod["metadata"]
+        self.namespace: str = metadata["namespace"]
+        self.name: str = metadata["name"]
+        self.uid: str = metadata["uid"]
+        self.directory = agent.work_directory / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
+        self.root = self.directory / "root"
+        self.lock = threading.Lock()
+        self.stop_requested = threading.Event()
+        self.stop_grace_seconds = float("inf")
+        self.stop_reason: tuple[str, str] | None = None
+        self.pod_gone = False
+        self.start_time: str | None = pod.get("status", {}).get("startTime")
+        self.phase = "Pending"
+        self.pod_reason: tuple[str, str] | None = None
+        self.initialized = not pod["spec"].get("initContainers")
+        spec = pod["spec"]
+        self.init_containers = [ContainerRun(c["name"], c, init=True) for c in spec.get("initContainers", [])]
+        self.containers = [ContainerRun(c["name"], c, init=False) for c in spec.get("containers", [])]
+        self.thread = threading.Thread(
+            target=self._run, name=f"pod {self.namespace}/{self.name}", daemon=True
+        )
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def request_stop(
+        self, grace_seconds: float, reason: tuple[str, str] | None = None, gone: bool = False
+    ) -> None:
+        """Stop the pod's processes: SIGTERM now, SIGKILL after grace_seconds."""
+        with self.lock:
+            self.stop_grace_seconds = min(self.stop_grace_seconds, grace_seconds)
+            if reason is not None and self.stop_reason is None:
+                self.stop_reason = reason
+            self.pod_gone = self.pod_gone or gone
+        self.stop_requested.set()
+
+    # The pod's life.
+
+    def _run(self) -> None:
+        try:
+            self._live()
+        except Exception:
+            self.agent.log(f"pod {self.namespace}/{self.name}: agent error\n{traceback.format_exc()}")
+            self._kill_all(0)
+            self.phase = "Failed"
+            self.pod_reason = ("NodeAgentError", "the node agent failed to run this pod; see its log")
+            self._publish()
+        finally:
+            self.agent.worker_finished(self)
+
+    def _live(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.start_time is None:
+            self.start_time = now_rfc3339()
+        self._publish()
+        while not self._prepare():
+            if self.stop_requested.wait(2):
+                self._finish_deleted()
+                return
+        restart_policy: str = self.pod["spec"].get("restartPolicy", "Always")
+        for container in self.init_containers:
+            while True:
+                exit_code = self._run_to_end(container)
+                if exit_code is None:
+                    self._finish_deleted()
+                    return
+                if exit_code == 0:
+                    break
+                if restart_policy == "Never":
+                    self.phase = "Failed"
+                    self._finish()
+                    return
+                container.restart_count += 1
+                if self._back_off(container):
+                    self._finish_deleted()
+                    return
+        self.initialized = True
+        threads = [
+            threading.Thread(target=self._keep_running, args=(c, restart_policy), daemon=True)
+            for c in self.containers
+        ]
+        for thread in threads:
+            thread.start()
+        self.phase = "Running"
+        while any(thread.is_alive() for thread in threads):
+            self._enforce_deadline()
+            for thread in threads:
+                thread.join(timeout=0.2)
+        if self.stop_requested.is_set():
+            self._finish_deleted()
+            return
+        exit_codes = [c.state.get("terminated", {}).get("exitCode", 1) for c in self.containers]
+        self.phase = "Succeeded" if all(code == 0 for code in exit_codes) else "Failed"
+        self._finish()
+
+    def _enforce_deadline(self) -> None:
+        deadline = self.pod["spec"].get("activeDeadlineSeconds")
+        if deadline is None or self.start_time is None or self.stop_requested.is_set():
+            return
+        if time.time() - parse_rfc3339(self.start_time) > deadline:
+            self.agent.log(f"pod {self.namespace}/{self.name}: active deadline of {deadline} s exceeded")
+            message = "Pod was active on the node longer than the specified deadline"
+            self.request_stop(self._grace_from_spec(), reason=("DeadlineExceeded", message))
+
+    def _grace_from_spec(self) -> float:
+        grace: float = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+        return grace
+
+    def _keep_running(self, container: ContainerRun, restart_policy: str) -> None:
+        while True:
+            exit_code = self._run_to_end(container)
+            if exit_code is None:
+                return
+            if restart_policy == "Never" or (restart_policy == "OnFailure" and exit_code == 0):
+                return
+            container.restart_count += 1
+            if self._back_off(container):
+                return
+
+    def _back_off(self, container: ContainerRun) -> bool:
+        """Wait before a restart, as CrashLoopBackOff; True when the pod is being stopped meanwhile."""
+        delay = RESTART_BACKOFF_SECONDS[min(container.restart_count - 1, len(RESTART_BACKOFF_SECONDS) - 1)]
+        with self.lock:
+            container.last_state = {"terminated": container.state.get("terminated", {})}
+            container.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {delay:g}s restarting failed container={container.name} "
+                    f"pod={self.name}",
+                }
+            }
+        self._publish()
+        return self.stop_requested.wait(delay)
+
+    def _run_to_end(self, container: ContainerRun) -> int | None:
+        """Run the container's process once; its exit code, or None when the pod is being stopped."""
+        if self.stop_requested.is_set():
+            return None
+        try:
+            argv, environment, working_directory = self._command(container)
+            log_path = self.directory / f"{container.name}.log"
+            with log_path.open("ab") as log:
+                process = subprocess.Popen(
+                    argv,
+                    env=environment,
+                    cwd=working_directory,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except (OSError, PodConfigError) as error:
+            now = now_rfc3339()
+            with self.lock:
+                container.state = {
+                    "terminated": {
+                        "exitCode": 128,
+                        "reason": "StartError",
+                        "message": str(error),
+                        "startedAt": now,
+                        "finishedAt": now,
+                    }
+                }
+            self.agent.event(
+                self.pod, "Warning", "Failed", f"Error: failed to start container {container.name}: {error}"
+            )
+            self._publish()
+            return 128
+        self.agent.record_process(self, container, process)
+        started_at = now_rfc3339()
+        with self.lock:
+            container.process = process
+            container.state = {"running": {"startedAt": started_at}}
+            if not container.init:
+                self.phase = "Running"
+        self.agent.event(self.pod, "Normal", "Started", f"Started container {container.name}")
+        self._publish()
+        killed = False
+        while process.poll() is None:
+            if self.stop_requested.wait(0.1):
+                self._kill(process)
+                killed = True
+                break
+        exit_code = process.wait()
+        self.agent.forget_process(self, container)
+        if exit_code < 0:
+            # The shell convention a container runtime reports for a signal: 128 + its number.
+            exit_code = 128 - exit_code
+        terminated: JsonObject = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": started_at,
+            "finishedAt": now_rfc3339(),
+        }
+        message = self._termination_message(container, exit_code)
+        if message:
+            terminated["message"] = message
+        with self.lock:
+            container.state = {"terminated": terminated}
+        if not self.stop_requested.is_set():
+            self._publish()
+        return None if killed else exit_code
+
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        with self.lock:
+            grace = self.stop_grace_seconds
+        self._signal(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self._signal(process, signal.SIGKILL)
+            process.wait()
+
+    @staticmethod
+    def _signal(process: subprocess.Popen[bytes], signal_number: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal_number)
+
+    def _kill_all(self, grace_seconds: float) -> None:
+        self.request_stop(grace_seconds)
+        for container in self.init_containers + self.containers:
+            process = container.process
+            if process is not None and process.poll() is None:
+                self._kill(process)
+
+    def _termination_message(self, container: ContainerRun, exit_code: int) -> str:
+        spec = container.spec
+        path = container.termination_message_file
+        message = ""
+        if path is not None:
+            try:
+                with path.open("rb") as file:
+                    message = file.read(TERMINATION_MESSAGE_LIMIT).decode(errors="replace")
+            except FileNotFoundError:
+                pass
+        if not message and exit_code != 0 and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            log = (self.directory / f"{container.name}.log").read_bytes()
+            tail = b"\n".join(log.splitlines()[-FALLBACK_LOG_LINES:])[-FALLBACK_LOG_BYTES:]
+            message = tail.decode(errors="replace")
+        return message
+
+    def _finish(self) -> None:
+        self._publish()
+        self.agent.log(f"pod {self.namespace}/{self.name}: {self.phase}")
+        if self.pod.get("metadata", {}).get("deletionTimestamp"):
+            self._delete_from_api()
+
+    def _finish_deleted(self) -> None:
+        """After a stop: report the final state (unless the pod is gone), then confirm the deletion."""
+        with self.lock:
+            reason = self.stop_reason
+            gone = self.pod_gone
+        if gone:
+            return
+        for container in self.init_containers + self.containers:
+            if "terminated" not in container.state:
+                container.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "finishedAt": now_rfc3339(),
+                    }
+                }
+        if reason is not None:
+            self.phase = "Failed"
+            self.pod_reason = reason
+            self.agent.event(self.pod, "Warning", reason[0], reason[1])
+        else:
+            codes = [c.state["terminated"].get("exitCode", 1) for c in self.containers]
+            self.phase = "Succeeded" if self.containers and all(code == 0 for code in codes) else "Failed"
+        self._publish()
+        if reason is None:
+            self._delete_from_api()
+
+    def _delete_from_api(self) -> None:
+        # A pod bound to a node stays in Terminating until its kubelet confirms its containers are gone.
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": self.uid},
+        }
+        try:
+            self.agent.api.call("DELETE", self.path, body)
+        except ApiError as error:
+            if error.status not in (404, 409):
+                raise
+
+    # Status.
+
+    def _publish(self) -> None:
+        with self.lock:
+            status = self._status()
+        try:
+            self.agent.api.call(
+                "PATCH", self.path + "/status", {"status": status}, "application/merge-patch+json"
+            )
+        except ApiError as error:
+            if error.status != 404:
+                self.agent.log(f"pod {self.namespace}/{self.name}: status update failed: {error}")
+
+    def _status(self) -> JsonObject:
+        now = now_rfc3339()
+        running = [c for c in self.containers if "running" in c.state]
+        ready = self.phase == "Running" and len(running) == len(self.containers)
+        terminal = self.phase in ("Succeeded", "Failed")
+
+        def condition(kind: str, value: bool, reason: str | None = None) -> JsonObject:
+            item: JsonObject = {
+                "type": kind,
+                "status": "True" if value else "False",
+                "lastTransitionTime": now,
+            }
+            if reason is not None and not value:
+                item["reason"] = reason
+            return item
+
+        completed_reason = "PodCompleted" if terminal else "ContainersNotReady"
+        status: JsonObject = {
+            "phase": self.phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": self.start_time,
+            "qosClass": self.pod.get("status", {}).get("qosClass", "BestEffort"),
+            "conditions": [
+                condition("PodReadyToStartContainers", not terminal),
+                condition("Initialized", self.initialized, "ContainersNotInitialized"),
+                condition("Ready", ready, completed_reason),
+                condition("ContainersReady", ready, completed_reason),
+                condition("PodScheduled", True),
+            ],
+            "containerStatuses": [c.status("") for c in self.containers],
+        }
+        if self.init_containers:
+            status["initContainerStatuses"] = [c.status("") for c in self.init_containers]
+        if self.pod_reason is not None:
+            status["reason"], status["message"] = self.pod_reason
+        return status
+
+    # Preparing volumes, environment and command.
+
+    def _prepare(self) -> bool:
+        """Materialise the volumes; False (and a waiting reason) while something they need is missing."""
+        try:
+            self._materialise_volumes()
+            return True
+        except PodConfigError as error:
+            with self.lock:
+                for container in self.init_containers + self.containers:
+                    container.state = {
+                        "waiting": {"reason": "CreateContainerConfigError", "message": str(error)}
+                    }
+            self.agent.event(self.pod, "Warning", "FailedMount", str(error))
+            self._publish()
+            return False
+
+    def _object(self, kind: str, name: str, optional: bool) -> JsonObject | None:
+        try:
+            return self.agent.api.get(f"/api/v1/namespaces/{self.namespace}/{kind}/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                if optional:
+                    return None
+                singular = "configmap" if kind == "configmaps" else "secret"
+                raise PodConfigError(f'{singular} "{name}" not found') from None
+            raise
+
+    def _object_files(self, kind: str, source: JsonObject) -> dict[str, bytes]:
+        """The files a configMap or secret volume source projects: key or item path → content."""
+        name = str(source.get("name") or source.get("secretName") or "")
+        found = self._object(kind, name, bool(source.get("optional")))
+        if found is None:
+            return {}
+        contents: dict[str, bytes] = {}
+        if kind == "secrets":
+            for key, value in found.get("data", {}).items():
+                contents[key] = base64.b64decode(value)
+        else:
+            for key, value in found.get("data", {}).items():
+                contents[key] = value.encode()
+            for key, value in found.get("binaryData", {}).items():
+                contents[key] = base64.b64decode(value)
+        items = source.get("items")
+        if not items:
+            return contents
+        selected: dict[str, bytes] = {}
+        for item in items:
+            if item["key"] not in contents:
+                if source.get("optional"):
+                    continue
+                raise PodConfigError(f'key "{item["key"]}" not found in {kind[:-1]} "{name}"')
+            selected[item["path"]] = contents[item["key"]]
+        return selected
+
+    def _field_value(self, field_path: str) -> str:
+        metadata = self.pod["metadata"]
+        match = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", field_path)
+        if match:
+            value: str = metadata.get(match.group(1), {}).get(match.group(2), "")
+            return value
+        values: dict[str, str] = {
+            "metadata.name": self.name,
+            "metadata.namespace": self.namespace,
+            "metadata.uid": self.uid,
+            "spec.nodeName": self.pod["spec"].get("nodeName", ""),
+            "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", "default"),
+            "status.hostIP": "127.0.0.1",
+            "status.hostIPs": "127.0.0.1",
+            "status.podIP": "127.0.0.1",
+            "status.podIPs": "127.0.0.1",
+        }
+        if field_path in ("metadata.labels", "metadata.annotations"):
+            entries = metadata.get(field_path.split(".")[1], {})
+            return "\n".join(f'{key}="{value}"' for key, value in sorted(entries.items()))
+        if field_path not in values:
+            raise PodConfigError(f"unsupported fieldRef {field_path}")
+        return values[field_path]
+
+    def _service_account_token(self, audience: str | None, expiration_seconds: int) -> str:
+        account = self.pod["spec"].get("serviceAccountName", "default")
+        body: JsonObject = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [audience] if audience else None,
+                "expirationSeconds": max(expiration_seconds, 600),
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": self.name, "uid": self.uid},
+            },
+        }
+        answer = self.agent.api.call(
+            "POST", f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{account}/token", body
+        )
+        token: str = answer["status"]["token"]
+        return token
+
+    def _projected_files(self, volume: JsonObject) -> dict[str, bytes]:
+        files: dict[str, bytes] = {}
+        for source in volume.get("sources", []):
+            if "configMap" in source:
+                files.update(self._object_files("configmaps", source["configMap"]))
+            elif "secret" in source:
+                files.update(self._object_files("secrets", source["secret"]))
+            elif "downwardAPI" in source:
+                files.update(self._downward_files(source["downwardAPI"]))
+            elif "serviceAccountToken" in source:
+                token_source = source["serviceAccountToken"]
+                audience = token_source.get("audience")
+                token = self._service_account_token(audience, token_source.get("expirationSeconds", 3600))
+                files[token_source["path"]] = token.encode()
+                if not audience:
+                    self._write_kubeconfig(token)
+        return files
+
+    def _downward_files(self, source: JsonObject) -> dict[str, bytes]:
+        return {
+            item["path"]: self._field_value(item["fieldRef"]["fieldPath"]).encode()
+            for item in source.get("items", [])
+            if "fieldRef" in item
+        }
+
+    def _write_kubeconfig(self, token: str) -> None:
+        """A kubeconfig with the pod's own token, for clients outside a real container."""
+        api = self.agent.api
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "in-cluster",
+                    "cluster": {
+                        "server": api.server,
+                        "certificate-authority-data": base64.b64encode(api.ca_pem).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "pod", "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": "in-cluster",
+                    "context": {"cluster": "in-cluster", "user": "pod", "namespace": self.namespace},
+                }
+            ],
+            "current-context": "in-cluster",
+        }
+        path = self.directory / "kubeconfig"
+        path.write_text(json.dumps(kubeconfig, indent=2))
+        path.chmod(0o600)
+
+    def _materialise_volumes(self) -> None:
+        volume_directories: dict[str, Path] = {}
+        for volume in self.pod["spec"].get("volumes", []):
+            name = volume["name"]
+            directory = self.directory / "volumes" / name
+            files: dict[str, bytes] | None = None
+            if "configMap" in volume:
+                files = self._object_files("configmaps", volume["configMap"])
+            elif "secret" in volume:
+                files = self._object_files("secrets", volume["secret"])
+            elif "projected" in volume:
+                files = self._projected_files(volume["projected"])
+            elif "downwardAPI" in volume:
+                files = self._downward_files(volume["downwardAPI"])
+            elif "hostPath" in volume:
+                host_path = Path(volume["hostPath"]["path"])
+                if volume["hostPath"].get("type") == "DirectoryOrCreate":
+                    host_path.mkdir(parents=True, exist_ok=True)
+                volume_directories[name] = host_path
+                continue
+            else:
+                # emptyDir, and kinds this agent cannot provide (those start empty, which the log notes).
+                if "emptyDir" not in volume:
+                    self.agent.log(
+                        f"pod {self.namespace}/{self.name}: volume {name} is provided as an empty folder"
+                    )
+                files = {}
+            directory.mkdir(parents=True, exist_ok=True)
+            for relative, content in files.items():
+                target = directory / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            volume_directories[name] = directory
+
+        for container in self.init_containers + self.containers:
+            for mount in container.spec.get("volumeMounts", []):
+                local = volume_directories.get(mount["name"])
+                if local is None:
+                    raise PodConfigError(f"volume {mount['name']} is mounted but not defined")
+                if mount.get("subPath"):
+                    local = local / mount["subPath"]
+                container.paths.add(mount["mountPath"], local)
+            message_path = container.spec.get("terminationMessagePath", "/dev/termination-log")
+            local_message = self.root / container.name / message_path.lstrip("/")
+            local_message.parent.mkdir(parents=True, exist_ok=True)
+            local_message.unlink(missing_ok=True)
+            container.paths.add(message_path, local_message)
+            container.termination_message_file = local_message
+
+    def _environment(self, container: ContainerRun) -> dict[str, str]:
+        environment: dict[str, str] = {}
+        agent_environment = os.environ
+        python_bin = str(Path(sys.executable).parent)
+        environment["PATH"] = f"{python_bin}:{agent_environment.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
+        for name in PASSED_ON_VARIABLES:
+            if name in agent_environment:
+                environment[name] = agent_environment[name]
+        environment["HOSTNAME"] = self.name
+        if (self.directory / "kubeconfig").exists():
+            environment["KUBECONFIG"] = str(self.directory / "kubeconfig")
+
+        spec = container.spec
+        for source in spec.get("envFrom", []):
+            prefix = source.get("prefix", "")
+            if "configMapRef" in source:
+                kind, reference = "configmaps", source["configMapRef"]
+            else:
+                kind, reference = "secrets", source["secretRef"]
+            found = self._object(kind, reference["name"], bool(reference.get("optional")))
+            for key, value in (found or {}).get("data", {}).items():
+                environment[prefix + key] = base64.b64decode(value).decode() if kind == "secrets" else value
+        for variable in spec.get("env", []):
+            name = variable["name"]
+            if "valueFrom" not in variable:
+                environment[name] = container.paths.rewrite(
+                    expand_references(variable.get("value", ""), environment)
+                )
+                continue
+            value_from = variable["valueFrom"]
+            if "fieldRef" in value_from:
+                environment[name] = self._field_value(value_from["fieldRef"]["fieldPath"])
+            elif "configMapKeyRef" in value_from or "secretKeyRef" in value_from:
+                kind = "configmaps" if "configMapKeyRef" in value_from else "secrets"
+                reference = value_from.get("configMapKeyRef") or value_from["secretKeyRef"]
+                found = self._object(kind, reference["name"], bool(reference.get("optional")))
+                data = (found or {}).get("data", {})
+                if reference["key"] not in data:
+                    if reference.get("optional"):
+                        continue
+                    raise PodConfigError(
+                        f"couldn't find key {reference['key']} in {kind[:-1]} "
+                        f"{self.namespace}/{reference['name']}"
+                    )
+                raw = data[reference["key"]]
+                environment[name] = base64.b64decode(raw).decode() if kind == "secrets" else raw
+            elif "resourceFieldRef" in value_from:
+                environment[name] = self._resource_value(container, value_from["resourceFieldRef"])
+        return environment
+
+    @staticmethod
+    def _resource_value(container: ContainerRun, reference: JsonObject) -> str:
+        section, _, resource = reference["resource"].partition(".")
+        value = container.spec.get("resources", {}).get(section, {}).get(resource)
+        if value is None:
+            # Without a limit a kubelet reports the node's allocatable amount.
+            return "32" if resource == "cpu" else str(256 * 2**30)
+        return str(value)
+
+    def _command(self, container: ContainerRun) -> tuple[list[str], dict[str, str], str]:
+        environment = self._environment(container)
+        spec = container.spec
+        command = list(spec.get("command") or self.agent.default_entrypoint)
+        arguments = list(spec.get("args", []))
+        argv = [container.paths.rewrite(expand_references(part, environment)) for part in command + arguments]
+        executable = argv[0]
+        if "/" not in executable:
+            found = shutil.which(executable, path=environment["PATH"])
+            if found is None:
+                raise PodConfigError(f'exec: "{executable}": executable file not found in $PATH')
+            argv[0] = found
+        working_directory = spec.get("workingDir")
+        if working_directory:
+            local = container.paths.local(working_directory) or str(self.root / working_directory.lstrip("/"))
+        else:
+            local = str(self.root)
+        Path(local).mkdir(parents=True, exist_ok=True)
+        return argv, environment, local
+
+
+class NodeAgent:
+    """Watches the pods bound to its nodes and runs each with a PodWorker."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        node_names: list[str],
+        work_directory: Path,
+        pid_directory: Path | None,
+        default_entrypoint: list[str],
+    ) -> None:
+        self.api = api
+        self.node_names = set(node_names)
+        self.work_directory = work_directory
+        self.pid_directory = pid_directory
+        self.default_entrypoint = default_entrypoint
+        self.workers: dict[str, PodWorker] = {}
+        self.finished: set[str] = set()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self._log_lock = threading.Lock()
+
+    def log(self, message: str) -> None:
+        with self._log_lock:
+            print(f"{now_rfc3339()} {message}", flush=True)
+
+    def event(self, pod: JsonObject, event_type: str, reason: str, message: str) -> None:
+        """Record an event on the pod, as a kubelet does; losing one is harmless."""
+        metadata = pod["metadata"]
+        now = now_rfc3339()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{metadata['name']}.", "namespace": metadata["namespace"]},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": metadata["name"],
+                "namespace": metadata["namespace"],
+                "uid": metadata["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+            "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.api.call("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
+        except (ApiError, OSError) as error:
+            self.log(f"event {reason} on {metadata['name']} not recorded: {error}")
+
+    def record_process(
+        self, worker: PodWorker, container: ContainerRun, process: subprocess.Popen[bytes]
+    ) -> None:
+        """Record a pod's process where `down` finds it, so none outlives the cluster."""
+        if self.pid_directory is None:
+            return
+        stat = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        record = {
+            "name": self._record_name(worker, container),
+            "pid": process.pid,
+            "start_ticks": int(stat[19]),
+        }
+        path = self.pid_directory / f"{record['name']}.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(record))
+        temporary.replace(path)
+
+    def forget_process(self, worker: PodWorker, container: ContainerRun) -> None:
+        if self.pid_directory is not None:
+            (self.pid_directory / f"{self._record_name(worker, container)}.json").unlink(missing_ok=True)
+
+    @staticmethod
+    def _record_name(worker: PodWorker, container: ContainerRun) -> str:
+        return f"pod-{worker.uid}-{container.name}"
+
+    def worker_finished(self, worker: PodWorker) -> None:
+        with self.lock:
+            self.workers.pop(worker.uid, None)
+            self.finished.add(worker.uid)
+
+    def handle(self, event_type: str, pod: JsonObject) -> None:
+        """React to one observed state of a pod."""
+        if pod.get("spec", {}).get("nodeName") not in self.node_names:
+            return
+        metadata = pod["metadata"]
+        uid = metadata["uid"]
+        with self.lock:
+            worker = self.workers.get(uid)
+            already_finished = uid in self.finished
+        if event_type == "DELETED":
+            if worker is not None:
+                worker.request_stop(2, gone=True)
+            return
+        deleting = metadata.get("deletionTimestamp") is not None
+        phase = pod.get("status", {}).get("phase")
+        if worker is not None:
+            worker.pod = pod
+            if deleting:
+                worker.request_stop(float(metadata.get("deletionGracePeriodSeconds", 30)))
+            return
+        if deleting and (already_finished or phase in ("Succeeded", "Failed") or self._never_started(pod)):
+            # Nothing runs for it here any more; confirm the deletion.
+            try:
+                self.api.call(
+                    "DELETE",
+                    f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "DeleteOptions",
+                        "gracePeriodSeconds": 0,
+                        "preconditions": {"uid": uid},
+                    },
+                )
+            except ApiError as error:
+                if error.status not in (404, 409):
+                    self.log(f"deleting {metadata['name']} failed: {error}")
+            return
+        if already_finished or phase in ("Succeeded", "Failed") or deleting:
+            return
+        worker = PodWorker(self, pod)
+        with self.lock:
+            self.workers[uid] = worker
+        self.log(f"pod {metadata['namespace']}/{metadata['name']}: starting")
+        worker.start()
+
+    @staticmethod
+    def _never_started(pod: JsonObject) -> bool:
+        return not pod.get("status", {}).get("containerStatuses")
+
+    def run(self, ready_file: Path | None) -> None:
+        """List and watch pods until stop() is called."""
+        path = "/api/v1/pods?fieldSelector=" + urllib.parse.quote("spec.nodeName!=")
+        heartbeat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+        heartbeat.start()
+        while not self.stopping.is_set():
+            try:
+                listing = self.api.get(path)
+                for pod in listing.get("items", []):
+                    self.handle("ADDED", pod)
+                if ready_file is not None:
+                    ready_file.touch()
+                    ready_file = None
+                resource_version: str = listing["metadata"]["resourceVersion"]
+                while not self.stopping.is_set():
+                    for event in self.api.watch(path, resource_version, timeout_seconds=60):
+                        if event["type"] == "ERROR":
+                            raise ApiError(event["object"].get("code", 500), json.dumps(event["object"]))
+                        resource_version = event["object"]["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            self.handle(event["type"], event["object"])
+                        if self.stopping.is_set():
+                            break
+            except (ApiError, OSError, ValueError) as error:
+                if self.stopping.is_set():
+                    break
+                # 410 Gone (the resource version is too old) and broken connections: list again.
+                self.log(f"watch restarted after: {error}")
+                self.stopping.wait(1)
+
+    def _heartbeat(self) -> None:
+        """Keep the nodes' Ready condition fresh, as a kubelet's status updates do."""
+        while not self.stopping.wait(HEARTBEAT_SECONDS):
+            for node in self.node_names:
+                body = {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "Ready",
+                                "status": "True",
+                                "reason": "KubeletReady",
+                                "lastHeartbeatTime": now_rfc3339(),
+                            }
+                        ]
+                    }
+                }
+                try:
+                    self.api.call(
+                        "PATCH",
+                        f"/api/v1/nodes/{node}/status",
+                        body,
+                        "application/strategic-merge-patch+json",
+                    )
+                except (ApiError, OSError) as error:
+                    self.log(f"heartbeat of {node} failed: {error}")
+
+    def stop(self) -> None:
+        """Stop all pods' processes (SIGTERM, SIGKILL after a short grace), leaving the pod objects be."""
+        self.stopping.set()
+        with self.lock:
+            workers = list(self.workers.values())
+        for worker in workers:
+            worker.request_stop(3, gone=True)
+        for worker in workers:
+            worker.thread.join(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--kubeconfig", required=True, type=Path, help="credentials allowed to manage pods and nodes"
+    )
+    parser.add_argument(
+        "--node", action="append", required=True, help="name of a node to run pods for (repeatable)"
+    )
+    parser.add_argument("--work-dir", required=True, type=Path, help="folder for the pods' files and logs")
+    parser.add_argument("--pid-dir", type=Path, help="folder where each pod process' PID is recorded")
+    parser.add_argument("--ready-file", type=Path, help="file created once the first list of pods is handled")
+    parser.add_argument(
+        "--default-entrypoint",
+        default="batchmark",
+        help="command for containers without `command` (the image's entrypoint is unknown here)",
+    )
+    arguments = parser.parse_args(argv)
+    arguments.work_dir.mkdir(parents=True, exist_ok=True)
+    credentials = Path(tempfile.mkdtemp(prefix="credentials-", dir=arguments.work_dir))
+    agent = NodeAgent(
+        KubeApi(arguments.kubeconfig, credentials),
+        arguments.node,
+        arguments.work_dir,
+        arguments.pid_dir,
+        arguments.default_entrypoint.split(),
+    )
+
+    def on_signal(signal_number: int, _frame: object) -> None:
+        agent.log(f"signal {signal_number}: stopping")
+        agent.stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    watcher = threading.Thread(target=agent.run, args=(arguments.ready_file,), name="watch", daemon=True)
+    watcher.start()
+    agent.log(f"node agent for {', '.join(sorted(agent.node_names))} started")
+    # A timed wait, so the signal handler's flag is seen promptly whatever the platform's lock semantics.
+    while not agent.stopping.wait(1):
+        pass
+    agent.stop()
+    agent.log("node agent stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
