@@ -410,3 +410,39 @@ def _command_line(process_directory: Path) -> bytes:
         return (process_directory / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_helm_installs_a_chart_whose_deployment_becomes_ready(
+    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
+) -> None:
+    if kube_cluster.binaries.helm is None:
+        pytest.skip("helm is not built; tests/cluster/build builds it")
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: sleeper\nversion: 0.1.0\n")
+    # A Deployment without a GPU, shaped as an operator's: it runs on the plain node, and helm --wait
+    # returns once its pod reports Ready.
+    (chart / "templates" / "deployment.yaml").write_text(
+        """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: sleeper}
+spec:
+  selector: {matchLabels: {app: sleeper}}
+  template:
+    metadata: {labels: {app: sleeper}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: sleeper:test
+        command: [python, -c, "import time; time.sleep(600)"]
+"""
+    )
+    kube_cluster.helm("install", "sleeper", str(chart), "-n", kube_namespace, "--wait", "--timeout", "60s")
+    listing = kube_cluster.kubectl(
+        "get", "pods", "-n", kube_namespace, "-l", "app=sleeper", "-o", "wide"
+    ).stdout
+    assert "Running" in listing
+    assert "cpu-node-0" in listing
+    kube_cluster.helm("uninstall", "sleeper", "-n", kube_namespace, "--wait", "--timeout", "60s")
