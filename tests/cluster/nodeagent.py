@@ -76,6 +76,8 @@ PASSED_ON_VARIABLES = (
     "XDG_CACHE_HOME",
     "COVERAGE_PROCESS_START",
 )
+# ... and those whose names start so: settings of the engines and libraries a benchmark pod uses.
+PASSED_ON_PREFIXES = ("HF_", "VLLM_", "CUDA_", "OMP_", "TORCH")
 # The largest termination message a kubelet keeps, and the fallback from logs' limits.
 TERMINATION_MESSAGE_LIMIT = 4096
 FALLBACK_LOG_LINES = 80
@@ -278,6 +280,8 @@ class PodWorker:
         self.start_time: str | None = pod.get("status", {}).get("startTime")
         self.phase = "Pending"
         self.pod_reason: tuple[str, str] | None = None
+        # Condition type -> (status, when it last changed), so transition times are those of real changes.
+        self.condition_transitions: dict[str, tuple[str, str]] = {}
         self.initialized = not pod["spec"].get("initContainers")
         spec = pod["spec"]
         self.init_containers = [ContainerRun(c["name"], c, init=True) for c in spec.get("initContainers", [])]
@@ -562,24 +566,31 @@ class PodWorker:
         with self.lock:
             status = self._status()
         try:
+            # A strategic merge keeps conditions that others add (DisruptionTarget, readiness gates'),
+            # merging by type, where a JSON merge patch would replace the whole list.
             self.agent.api.call(
-                "PATCH", self.path + "/status", {"status": status}, "application/merge-patch+json"
+                "PATCH", self.path + "/status", {"status": status}, "application/strategic-merge-patch+json"
             )
         except ApiError as error:
             if error.status != 404:
                 self.agent.log(f"pod {self.namespace}/{self.name}: status update failed: {error}")
 
     def _status(self) -> JsonObject:
+        """The pod's status as a kubelet reports it. Called with self.lock held."""
         now = now_rfc3339()
         running = [c for c in self.containers if "running" in c.state]
         ready = self.phase == "Running" and len(running) == len(self.containers)
         terminal = self.phase in ("Succeeded", "Failed")
 
         def condition(kind: str, value: bool, reason: str | None = None) -> JsonObject:
+            status = "True" if value else "False"
+            previous = self.condition_transitions.get(kind)
+            if previous is None or previous[0] != status:
+                self.condition_transitions[kind] = (status, now)
             item: JsonObject = {
                 "type": kind,
-                "status": "True" if value else "False",
-                "lastTransitionTime": now,
+                "status": status,
+                "lastTransitionTime": self.condition_transitions[kind][1],
             }
             if reason is not None and not value:
                 item["reason"] = reason
@@ -695,7 +706,9 @@ class PodWorker:
             "kind": "TokenRequest",
             "spec": {
                 "audiences": [audience] if audience else None,
-                "expirationSeconds": max(expiration_seconds, 600),
+                # A kubelet renews the token before it expires; this agent does not, so it asks for one
+                # that outlasts any test or demo instead.
+                "expirationSeconds": max(expiration_seconds, 24 * 3600),
                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": self.name, "uid": self.uid},
             },
         }
@@ -793,6 +806,7 @@ class PodWorker:
             volume_directories[name] = directory
 
         for container in self.init_containers + self.containers:
+            container.paths = PathMap()
             for mount in container.spec.get("volumeMounts", []):
                 local = volume_directories.get(mount["name"])
                 if local is None:
@@ -812,9 +826,9 @@ class PodWorker:
         agent_environment = os.environ
         python_bin = str(Path(sys.executable).parent)
         environment["PATH"] = f"{python_bin}:{agent_environment.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
-        for name in PASSED_ON_VARIABLES:
-            if name in agent_environment:
-                environment[name] = agent_environment[name]
+        for name, value in agent_environment.items():
+            if name in PASSED_ON_VARIABLES or name.startswith(PASSED_ON_PREFIXES):
+                environment[name] = value
         environment["HOSTNAME"] = self.name
         if (self.directory / "kubeconfig").exists():
             environment["KUBECONFIG"] = str(self.directory / "kubeconfig")
