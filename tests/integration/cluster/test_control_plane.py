@@ -446,3 +446,38 @@ spec:
     assert "Running" in listing
     assert "cpu-node-0" in listing
     kube_cluster.helm("uninstall", "sleeper", "-n", kube_namespace, "--wait", "--timeout", "60s")
+
+
+def test_pod_deadline_fails_the_pod_as_a_kubelet_does(
+    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    kube_cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{kube_namespace}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "overstays"},
+            "spec": {
+                "restartPolicy": "Never",
+                "activeDeadlineSeconds": 2,
+                "terminationGracePeriodSeconds": 1,
+                "tolerations": [GPU_TOLERATION],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "none",
+                        "command": ["python", "-c", LONG_RUNNER.format(path=str(pid_file))],
+                    }
+                ],
+            },
+        },
+    )
+    pid = wait_for("the process to start", lambda: _pid_from(pid_file))
+    with kube_cluster.api_client() as client:
+        assert wait_for("the pod to fail", lambda: pod_phase(client, kube_namespace, "overstays") == "Failed")
+        status = CoreV1Api(client).read_namespaced_pod_status("overstays", kube_namespace).status
+    assert status is not None
+    assert status.reason == "DeadlineExceeded"
+    assert _process_gone(pid)
