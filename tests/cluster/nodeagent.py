@@ -273,6 +273,7 @@ class PodWorker:
         self.directory = agent.work_directory / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
         self.root = self.directory / "root"
         self.lock = threading.Lock()
+        self.publish_lock = threading.Lock()
         self.stop_requested = threading.Event()
         self.stop_grace_seconds = float("inf")
         self.stop_reason: tuple[str, str] | None = None
@@ -563,8 +564,13 @@ class PodWorker:
     # Status.
 
     def _publish(self) -> None:
-        with self.lock:
-            status = self._status()
+        # Containers' threads publish too; one at a time, so an older status never lands after a newer one.
+        with self.publish_lock:
+            with self.lock:
+                status = self._status()
+            self._send(status)
+
+    def _send(self, status: JsonObject) -> None:
         try:
             # A strategic merge keeps conditions that others add (DisruptionTarget, readiness gates'),
             # merging by type, where a JSON merge patch would replace the whole list.
@@ -1005,8 +1011,8 @@ class NodeAgent:
             if deleting:
                 worker.request_stop(float(metadata.get("deletionGracePeriodSeconds", 30)))
             return
-        if deleting and (already_finished or phase in ("Succeeded", "Failed") or self._never_started(pod)):
-            # Nothing runs for it here any more; confirm the deletion.
+        if deleting:
+            # Nothing runs for it here (any more); confirm the deletion.
             try:
                 self.api.call(
                     "DELETE",
@@ -1022,7 +1028,12 @@ class NodeAgent:
                 if error.status not in (404, 409):
                     self.log(f"deleting {metadata['name']} failed: {error}")
             return
-        if already_finished or phase in ("Succeeded", "Failed") or deleting:
+        if already_finished or phase in ("Succeeded", "Failed"):
+            return
+        if self._was_started(pod) and pod["spec"].get("restartPolicy") == "Never":
+            # It ran before this agent started (the agent was restarted): its processes are gone, and a
+            # kubelet that cannot find a container of a pod that must not restart reports it so.
+            self._report_lost(pod)
             return
         worker = PodWorker(self, pod)
         with self.lock:
@@ -1031,8 +1042,46 @@ class NodeAgent:
         worker.start()
 
     @staticmethod
-    def _never_started(pod: JsonObject) -> bool:
-        return not pod.get("status", {}).get("containerStatuses")
+    def _was_started(pod: JsonObject) -> bool:
+        return any(
+            "running" in status.get("state", {}) or "terminated" in status.get("state", {})
+            for status in pod.get("status", {}).get("containerStatuses", [])
+        )
+
+    def _report_lost(self, pod: JsonObject) -> None:
+        metadata = pod["metadata"]
+        now = now_rfc3339()
+        statuses = [
+            {
+                **status,
+                "ready": False,
+                "started": False,
+                "state": {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated",
+                        "finishedAt": now,
+                    }
+                },
+            }
+            for status in pod["status"]["containerStatuses"]
+        ]
+        not_ready = [
+            {"type": kind, "status": "False", "reason": "PodCompleted", "lastTransitionTime": now}
+            for kind in ("Ready", "ContainersReady")
+        ]
+        body = {"status": {"phase": "Failed", "containerStatuses": statuses, "conditions": not_ready}}
+        self.log(f"pod {metadata['namespace']}/{metadata['name']}: lost in an agent restart")
+        try:
+            self.api.call(
+                "PATCH",
+                f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status",
+                body,
+                "application/strategic-merge-patch+json",
+            )
+        except ApiError as error:
+            self.log(f"reporting {metadata['name']} lost failed: {error}")
 
     def run(self, ready_file: Path | None) -> None:
         """List and watch pods until stop() is called."""

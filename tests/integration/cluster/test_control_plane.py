@@ -481,3 +481,28 @@ def test_pod_deadline_fails_the_pod_as_a_kubelet_does(
     assert status is not None
     assert status.reason == "DeadlineExceeded"
     assert _process_gone(pid)
+
+
+def test_a_pod_lost_in_an_agent_restart_fails_as_on_a_rebooted_node(
+    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    with kube_cluster.api_client() as client:
+        create_job(client, kube_namespace, python_job("lost", LONG_RUNNER.format(path=str(pid_file))))
+        pid = wait_for("the process to start", lambda: _pid_from(pid_file))
+        pod = wait_for("the pod", lambda: job_pod(client, kube_namespace, "lost"))
+        name = str(pod.metadata.name if pod.metadata else "")
+        wait_for("the pod to be Running", lambda: pod_phase(client, kube_namespace, name) == "Running")
+        kube_cluster.stop_node_agent()
+        try:
+            assert _process_gone(pid)
+        finally:
+            kube_cluster.start_node_agent()
+        assert wait_for("the pod to fail", lambda: pod_phase(client, kube_namespace, name) == "Failed")
+        assert wait_for("the Job to fail", lambda: job_condition(client, kube_namespace, "lost")) == "Failed"
+        status = CoreV1Api(client).read_namespaced_pod_status(name, kube_namespace).status
+    assert status is not None
+    terminated = (status.container_statuses or [])[0].state
+    assert terminated is not None
+    assert terminated.terminated is not None
+    assert terminated.terminated.reason == "ContainerStatusUnknown"
