@@ -627,8 +627,11 @@ def _command_up(arguments: argparse.Namespace) -> int:
         f"control plane up in {time.monotonic() - started:.1f} s at {control_plane.server}", file=sys.stderr
     )
     print(f"export KUBECONFIG={control_plane.kubeconfig}")
+    tool_directories = [str(binaries.kubectl.parent)]
+    if binaries.helm is not None:
+        tool_directories.append(str(binaries.helm.parent))
     (run_directory / "env").write_text(
-        f"export KUBECONFIG={control_plane.kubeconfig}\nexport PATH={binaries.kubectl.parent}:$PATH\n"
+        f"export KUBECONFIG={control_plane.kubeconfig}\nexport PATH={':'.join(tool_directories)}:$PATH\n"
     )
     return 0
 
