@@ -321,6 +321,8 @@ class ControlPlane:
     def _start_once(self, timeout_seconds: float) -> None:
         deadline = time.monotonic() + timeout_seconds
         layout = self.layout
+        # A failed earlier attempt leaves etcd data bound to that attempt's peer URL.
+        shutil.rmtree(self.run_directory / "etcd", ignore_errors=True)
         self._pki = make_cluster_pki(layout.pki_directory)
         etcd_client_port, etcd_peer_port, apiserver_port = _free_port(), _free_port(), _free_port()
         self.server = f"https://127.0.0.1:{apiserver_port}"
