@@ -1,0 +1,204 @@
+"""The engine's own process: requests in, one micro-batch at a time through the engine, results out.
+
+Both directions carry lists, so one pipe message moves a whole batch: the dispatcher's cost per request
+stays a few microseconds however fast the engine is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.context
+import os
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
+
+from batchmark.runner.backend.backend import VllmPythonBatchBackend
+from batchmark.runner.backend.batcher import MicroBatcher
+from batchmark.runner.config import BackendConfig
+from batchmark.runner.data import RequestSpec
+from batchmark.runner.engines.base import NO_TIMINGS, Completion, EngineInfo, WorkItem
+
+MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
+
+
+class BatchReport(NamedTuple):
+    """One finished micro-batch, timed on ``time.monotonic()``."""
+
+    batch_id: int
+    full: bool
+    closed_at: float  # when the batch was complete: filled, or its timeout passed
+    started_at: float  # generate() began
+    finished_at: float  # generate() returned
+    completions: list[Completion]
+    queue_depth: int  # requests waiting in the worker when the batch finished
+
+
+@dataclass
+class WorkerReady:
+    info: EngineInfo
+    load_seconds: float
+
+
+class WorkerFailed(RuntimeError):
+    """The worker could not load its engine or died; the message carries the worker's own error."""
+
+
+def mp_context_name() -> str:
+    name = os.environ.get(MP_CONTEXT_VARIABLE, "spawn")
+    if name not in ("spawn", "fork", "forkserver"):
+        raise ValueError(f"{MP_CONTEXT_VARIABLE}={name!r}: use spawn, fork or forkserver")
+    return name
+
+
+class EngineWorker:
+    """Handle in the main process on the worker process."""
+
+    def __init__(self, config: BackendConfig, seed: int) -> None:
+        context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(mp_context_name()))
+        self._conn, child_conn = context.Pipe(duplex=True)
+        # Not daemonic: vLLM's engine starts processes of its own, which daemonic processes may not.
+        self._process = context.Process(
+            target=serve, args=(child_conn, config, seed), name="batchmark-engine", daemon=False
+        )
+        self._child_conn = child_conn
+
+    def start(self) -> WorkerReady:
+        """Start the process and wait until its engine is loaded."""
+        self._process.start()
+        self._child_conn.close()
+        while True:
+            message = self._receive(timeout=None)
+            if message[0] == "ready":
+                return WorkerReady(info=message[1], load_seconds=message[2])
+            if message[0] == "failed":
+                self._process.join(timeout=10)
+                raise WorkerFailed(message[1])
+
+    def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
+        self._conn.send(("submit", requests))
+
+    def receive(self, timeout: float | None) -> list[tuple[Any, ...]]:
+        """Every message waiting, after waiting up to ``timeout`` for the first."""
+        messages: list[tuple[Any, ...]] = []
+        if not self._conn.poll(timeout):
+            return messages
+        while True:
+            messages.append(self._receive(timeout=0))
+            if not self._conn.poll(0):
+                return messages
+
+    def drain(self) -> list[tuple[Any, ...]]:
+        """Drop queued requests, wait for the batch in progress; returns its reports."""
+        self._conn.send(("drain",))
+        reports: list[tuple[Any, ...]] = []
+        while True:
+            message = self._receive(timeout=None)
+            if message[0] == "drained":
+                return reports
+            reports.append(message)
+
+    def close(self, grace: float = 30.0) -> None:
+        if self._process.pid is None:
+            return
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self._conn.send(("stop",))
+        self._process.join(timeout=grace)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._conn.close()
+
+    def _receive(self, timeout: float | None) -> tuple[Any, ...]:
+        try:
+            if timeout is not None and not self._conn.poll(timeout):
+                raise TimeoutError("no message from the engine worker")
+            message: tuple[Any, ...] = self._conn.recv()
+        except (EOFError, ConnectionResetError) as error:
+            self._process.join(timeout=5)
+            raise WorkerFailed(
+                f"the engine worker process exited unexpectedly (exit code {self._process.exitcode})"
+            ) from error
+        if message[0] == "crashed":
+            raise WorkerFailed(message[1])
+        return message
+
+
+def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int) -> None:
+    """Entry point of the worker process."""
+    # Ctrl-C reaches the whole process group; the main process decides how the run ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    backend = VllmPythonBatchBackend(config, seed)
+    try:
+        backend.validate()
+    except Exception as error:
+        conn.send(("failed", f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
+        conn.close()
+        return
+    engine = backend._ensure_engine()
+    conn.send(("ready", engine.info, backend.load_seconds))
+    batcher: MicroBatcher[WorkItem] = MicroBatcher(config.batch_size, config.batch_timeout)
+    send_lock = threading.Lock()
+    receiver = threading.Thread(
+        target=_receive_requests, args=(conn, batcher, send_lock), name="batchmark-receiver", daemon=True
+    )
+    receiver.start()
+    try:
+        _dispatch_batches(conn, backend, batcher, send_lock)
+    except Exception:
+        with send_lock:
+            conn.send(("crashed", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _receive_requests(
+    conn: multiprocessing.connection.Connection, batcher: MicroBatcher[WorkItem], send_lock: threading.Lock
+) -> None:
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            batcher.close()
+            return
+        kind = message[0]
+        if kind == "submit":
+            now = time.monotonic()
+            batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message[1])
+        elif kind == "drain":
+            batcher.drain()
+            with send_lock:
+                conn.send(("drained",))
+        elif kind == "stop":
+            batcher.close()
+            return
+
+
+def _dispatch_batches(
+    conn: multiprocessing.connection.Connection,
+    backend: VllmPythonBatchBackend,
+    batcher: MicroBatcher[WorkItem],
+    send_lock: threading.Lock,
+) -> None:
+    batch_id = 0
+    while (batch := batcher.next_batch()) is not None:
+        started = time.monotonic()
+        try:
+            completions = backend.run_batch(batch.items)
+        except Exception as error:  # the engine itself broke: every request of the batch failed
+            message = f"engine error: {type(error).__name__}: {error}"
+            completions = [Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS) for item in batch.items]
+        finished = time.monotonic()
+        report = BatchReport(batch_id, batch.full, batch.closed_at, started, finished, completions, len(batcher))
+        with send_lock:
+            conn.send(("batch", report))
+        batcher.task_done()
+        batch_id += 1

@@ -1,0 +1,118 @@
+"""The terminal: a banner for the simulated engine, a live progress bar, and the summary table."""
+
+from __future__ import annotations
+
+from batchmark.runner import events
+from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.profiles import Strategy
+from batchmark.runner.results import RunReport
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+SIMULATED_BANNER = (
+    "SIMULATED ENGINE: no model ran. Timings come from batchmark's model of vLLM on {gpu}; "
+    "use them to test the harness, never as measurements."
+)
+
+
+def simulated_banner(gpu_name: str | None) -> str:
+    return SIMULATED_BANNER.format(gpu=gpu_name or "a GPU")
+
+
+class ConsoleObserver(events.RunObserver):
+    """Prints to stderr, so stdout stays free for machine-readable output."""
+
+    def __init__(self, console: Console, show_progress: bool) -> None:
+        self.console = console
+        self.show_progress = show_progress and console.is_terminal
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
+        label = "SIMULATED engine (timings modelled, not measured)" if info.kind == "simulated" else "engine vllm"
+        self.console.print(f"{label}: loaded {info.model} in {load_seconds:.2f} s")
+
+    def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
+        if not self.show_progress:
+            self.console.print(f"benchmark {position + 1}: {strategy.label}")
+            return
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._task = self._progress.add_task(f"{position + 1}. {strategy.label}", total=None, detail="")
+        self._progress.start()
+
+    def on_progress(self, progress: events.Progress) -> None:
+        if self._progress is None or self._task is None:
+            return
+        if progress.planned_seconds is not None:
+            total, done = progress.planned_seconds, progress.elapsed
+        else:
+            total, done = float(progress.planned_requests or 0), float(progress.completed + progress.errored)
+        rate = progress.output_tokens / progress.elapsed if progress.elapsed > 0 else 0.0
+        detail = f"done {progress.completed} err {progress.errored} in flight {progress.in_flight}  {rate:,.0f} tok/s"
+        self._progress.update(self._task, total=total or None, completed=done, detail=detail)
+
+    def on_benchmark_end(self, result: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._task = None
+
+
+def summary_tables(report: RunReport) -> list[Table]:
+    """Throughput and latency as two narrow tables, one row per benchmark, so they fit 80 columns."""
+    title = f"batchmark {report.name}: {report.engine.model} on {report.engine.kind}"
+    if report.engine.simulated:
+        title += " (SIMULATED)"
+    if not report.complete:
+        title += " (INCOMPLETE)"
+    throughput = Table(title=title, title_justify="left")
+    latency = Table(title="latency, seconds (TTFT and TPOT from the engine's timings)", title_justify="left")
+    for column in ("benchmark", "stop", "ok/err/incompl", "req/s", "out tok/s", "total tok/s", "batch", "util"):
+        throughput.add_column(column, justify="left" if column in ("benchmark", "stop") else "right")
+    for column in ("benchmark", "lat p50", "lat p99", "queue p50", "TTFT p50", "TPOT p50", "batch dur"):
+        latency.add_column(column, justify="left" if column == "benchmark" else "right")
+    for result in report.benchmarks:
+        dist = result.distributions
+        counts = result.requests
+        throughput.add_row(
+            result.strategy,
+            result.stop_reason,
+            f"{counts.completed}/{counts.errored}/{counts.incomplete}",
+            f"{result.throughput.requests_per_second:,.2f}",
+            f"{result.throughput.output_tokens_per_second:,.1f}",
+            f"{result.throughput.total_tokens_per_second:,.1f}",
+            _number(dist.batch_size.mean),
+            f"{result.engine_utilization:.3f}",
+        )
+        latency.add_row(
+            result.strategy,
+            _number(dist.request_latency.median),
+            _number(dist.request_latency.p99),
+            _number(dist.queue_wait.median),
+            _number(dist.time_to_first_token.median),
+            _number(dist.time_per_output_token.median),
+            _number(dist.batch_duration.median),
+        )
+    return [throughput, latency]
+
+
+def print_summary(console: Console, report: RunReport) -> None:
+    if report.engine.simulated:
+        console.print(Panel(simulated_banner(report.engine.gpu_name), style="bold yellow"))
+    for table in summary_tables(report):
+        console.print(table)
+    console.print(f"engine load time {report.engine.load_seconds:.2f} s (not timed)")
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

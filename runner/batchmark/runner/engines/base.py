@@ -1,0 +1,163 @@
+"""What the dispatcher needs from an engine, and an adapter for anything with vLLM's ``LLM.generate``."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from batchmark.runner.data import RequestSpec
+
+NAN = math.nan
+
+
+class WorkItem(NamedTuple):
+    """A request inside the worker process; times are ``time.monotonic()`` readings."""
+
+    spec: RequestSpec
+    enqueued_at: float
+    arrived_at: float
+
+
+class EngineTimings(NamedTuple):
+    """Differences of the engine's own timestamps, seconds; NaN where the engine gives none."""
+
+    queued: float  # queued -> scheduled
+    prefill: float  # scheduled -> first token
+    decode: float  # first token -> last token
+    to_first_token: float  # queued -> first token
+
+
+NO_TIMINGS = EngineTimings(NAN, NAN, NAN, NAN)
+
+
+class Completion(NamedTuple):
+    """One request's outcome, as the engine reported it."""
+
+    request_id: int
+    prompt_tokens: int
+    output_tokens: int
+    error: str | None
+    timings: EngineTimings
+
+
+@dataclass
+class EngineInfo:
+    """Facts about a loaded engine, reported once per run."""
+
+    kind: str  # "vllm" | "simulated"
+    model: str
+    version: str | None = None
+    gpu_name: str | None = None
+    max_model_len: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """A loaded engine that turns micro-batches of requests into completions, one batch at a time."""
+
+    info: EngineInfo
+
+    def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
+        """Run the batch; a request that fails fails alone, the rest complete."""
+        ...
+
+
+class PromptBuilder(Protocol):
+    """Turns request specs into engine prompts; the key identifies the request in the engine's outputs."""
+
+    def build(self, spec: RequestSpec) -> tuple[Any, Hashable]: ...
+
+    def output_key(self, output: Any) -> Hashable: ...
+
+
+def timings_from_metrics(metrics: Any) -> EngineTimings:
+    """Read vLLM's ``RequestStateStats`` (monotonic timestamps: differences only)."""
+    if metrics is None:
+        return NO_TIMINGS
+    queued = getattr(metrics, "queued_ts", 0.0) or 0.0
+    scheduled = getattr(metrics, "scheduled_ts", 0.0) or 0.0
+    first = getattr(metrics, "first_token_ts", 0.0) or 0.0
+    last = getattr(metrics, "last_token_ts", 0.0) or 0.0
+    if not (queued and scheduled and first):
+        return NO_TIMINGS
+    return EngineTimings(scheduled - queued, first - scheduled, (last - first) if last else NAN, first - queued)
+
+
+class GenerateEngine:
+    """Any object with vLLM's ``generate(prompts, sampling_params, use_tqdm=False)`` contract.
+
+    Outputs are matched to requests by prompt key, not position. When ``generate`` raises for the whole
+    call (as vLLM does when one prompt is invalid), the batch is split in halves and retried until every
+    request that can complete has, and each bad one carries its own error.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        prompts: PromptBuilder,
+        sampling_params: Callable[[RequestSpec], Any],
+        info: EngineInfo,
+    ) -> None:
+        self.llm = llm
+        self.prompts = prompts
+        self.sampling_params = sampling_params
+        self.info = info
+
+    def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
+        prepared: list[tuple[WorkItem, Any, Hashable]] = []
+        completions: list[Completion] = []
+        for item in items:
+            try:
+                prompt, key = self.prompts.build(item.spec)
+            except Exception as error:  # a request that cannot be built fails alone
+                completions.append(_failed(item, f"prompt: {error}"))
+                continue
+            prepared.append((item, prompt, key))
+        completions.extend(self._generate_isolated(prepared))
+        return completions
+
+    def _generate_isolated(self, prepared: list[tuple[WorkItem, Any, Hashable]]) -> list[Completion]:
+        if not prepared:
+            return []
+        try:
+            outputs = self.llm.generate(
+                [prompt for _, prompt, _ in prepared],
+                [self.sampling_params(item.spec) for item, _, _ in prepared],
+                use_tqdm=False,
+            )
+        except Exception as error:
+            if len(prepared) == 1:
+                return [_failed(prepared[0][0], f"{type(error).__name__}: {error}")]
+            middle = len(prepared) // 2
+            return self._generate_isolated(prepared[:middle]) + self._generate_isolated(prepared[middle:])
+        return self._match(prepared, outputs)
+
+    def _match(self, prepared: list[tuple[WorkItem, Any, Hashable]], outputs: Sequence[Any]) -> list[Completion]:
+        by_key: defaultdict[Hashable, list[Any]] = defaultdict(list)
+        for output in outputs:
+            by_key[self.prompts.output_key(output)].append(output)
+        completions = []
+        for item, _, key in prepared:
+            matches = by_key.get(key)
+            if not matches:
+                completions.append(_failed(item, "the engine returned no output for this request"))
+                continue
+            completions.append(completion_from_output(item.spec.request_id, matches.pop(0)))
+        return completions
+
+
+def completion_from_output(request_id: int, output: Any) -> Completion:
+    """Turn a vLLM-shaped ``RequestOutput`` into a completion; error and abort finishes are failures."""
+    completion = output.outputs[0] if output.outputs else None
+    prompt_tokens = len(output.prompt_token_ids or ())
+    output_tokens = len(completion.token_ids) if completion is not None else 0
+    reason = completion.finish_reason if completion is not None else "error"
+    error = None if reason not in ("error", "abort") else f"engine finished the request with {reason!r}"
+    return Completion(request_id, prompt_tokens, output_tokens, error, timings_from_metrics(output.metrics))
+
+
+def _failed(item: WorkItem, message: str) -> Completion:
+    return Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS)
