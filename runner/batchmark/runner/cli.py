@@ -24,6 +24,7 @@ from batchmark.runner.events import RunObserver
 from batchmark.runner.outputs import write_report
 from batchmark.runner.spec import SpecError, parse_spec
 from pydantic import ValidationError
+from pydantic.alias_generators import to_snake
 from rich.console import Console
 
 EXIT_USAGE = 2
@@ -102,15 +103,28 @@ def _spec(option: str, text: str) -> dict[str, Any]:
 
 def _merge_spec(base: Any, override: dict[str, Any]) -> dict[str, Any]:
     """The command line overrides the file key by key, unless it names another kind."""
+    override = _snake_case_keys(override)
     if not isinstance(base, dict) or ("kind" in override and override["kind"] != base.get("kind", override["kind"])):
         return override
-    merged = dict(base)
+    merged = _snake_case_keys(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = _merge_spec(merged[key], value)
         else:
             merged[key] = value
     return merged
+
+
+def _snake_case_keys(mapping: dict[str, Any]) -> dict[str, Any]:
+    """One spelling per key, so a camelCase file and a snake_case option override each other.
+
+    vllm_config is passed through to vLLM as written.
+    """
+    normalised: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = to_snake(key)
+        normalised[name] = _snake_case_keys(value) if isinstance(value, dict) and name != "vllm_config" else value
+    return normalised
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
