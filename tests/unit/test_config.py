@@ -1,8 +1,9 @@
 import logging
 
 import pytest
-from batchmark.runner.config import RunConfig, TransientPhaseConfig, VllmPythonBatchBackendConfig
 from pydantic import ValidationError
+
+from batchmark.runner.config import RunConfig, TransientPhaseConfig, VllmPythonBatchBackendConfig
 
 BASE = {
     "backend": {"kind": "vllm_python_batch", "model": "m", "engine": "simulated"},

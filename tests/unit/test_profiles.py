@@ -2,6 +2,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from batchmark.runner.config import SweepProfileConfig
 from batchmark.runner.profiles import Strategy, sweep_rates
 

@@ -1,4 +1,5 @@
 import pytest
+
 from batchmark.runner.engines.simulated import SamplingParams, SimulatedLLM, TokensPrompt
 
 

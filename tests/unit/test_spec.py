@@ -1,6 +1,7 @@
 from typing import Any
 
 import pytest
+
 from batchmark.runner.spec import SpecError, parse_spec
 
 

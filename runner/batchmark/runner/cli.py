@@ -14,6 +14,10 @@ from types import FrameType
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
+from pydantic.alias_generators import to_snake
+from rich.console import Console
+
 from batchmark.runner import __version__
 from batchmark.runner.backend.worker import WorkerFailed
 from batchmark.runner.benchmark import BenchmarkRunner
@@ -23,9 +27,6 @@ from batchmark.runner.engines.factory import EngineUnavailable
 from batchmark.runner.events import RunObserver
 from batchmark.runner.outputs import write_report
 from batchmark.runner.spec import SpecError, parse_spec
-from pydantic import ValidationError
-from pydantic.alias_generators import to_snake
-from rich.console import Console
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1

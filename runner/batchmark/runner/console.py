@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from batchmark.runner import events
-from batchmark.runner.engines.base import EngineInfo
-from batchmark.runner.profiles import Strategy
-from batchmark.runner.results import RunReport
 from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from batchmark.runner import events
+from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.profiles import Strategy
+from batchmark.runner.results import RunReport
 
 SIMULATED_BANNER = (
     "SIMULATED ENGINE: no model ran. Timings come from batchmark's model of vLLM on {gpu}; "

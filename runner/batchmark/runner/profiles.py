@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+
 from batchmark.runner.config import (
     ConcurrentProfileConfig,
     ConstantProfileConfig,

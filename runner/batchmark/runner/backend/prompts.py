@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from batchmark.runner.data import RequestSpec
 
 _POOL_MIN = 1 << 16

@@ -1,0 +1,100 @@
+"""The engine worker process and the seed's engine lifecycle, driven directly."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+from batchmark.runner.backend.backend import VllmPythonBatchBackend
+from batchmark.runner.backend.worker import BatchReport, EngineWorker
+from batchmark.runner.config import VllmPythonBatchBackendConfig
+from batchmark.runner.data import RequestSpec
+
+pytestmark = pytest.mark.integration
+
+
+def backend_config(**changes: object) -> VllmPythonBatchBackendConfig:
+    settings: dict[str, object] = {
+        "model": "m",
+        "engine": "simulated",
+        "batch_size": 8,
+        "batch_timeout": 0.05,
+        "simulation": {"time_scale": 0.2},
+    }
+    settings.update(changes)
+    return VllmPythonBatchBackendConfig.model_validate(settings)
+
+
+def collect(worker: EngineWorker, expected: int, timeout: float = 30) -> list[BatchReport]:
+    reports: list[BatchReport] = []
+    deadline = time.monotonic() + timeout
+    while sum(len(r.completions) for r in reports) < expected and time.monotonic() < deadline:
+        reports += [message[1] for message in worker.receive(0.5) if message[0] == "batch"]
+    return reports
+
+
+def specs(count: int, first: int = 0) -> list[tuple[RequestSpec, float]]:
+    now = time.monotonic()
+    return [(RequestSpec(first + i, 32, 16, -1, 0), now) for i in range(count)]
+
+
+def test_validate_in_the_main_process_loads_nothing() -> None:
+    backend = VllmPythonBatchBackend(backend_config())
+    backend.validate()
+    assert not backend.engine_loaded
+    assert backend.load_seconds is None
+
+
+def test_ensure_engine_is_idempotent() -> None:
+    backend = VllmPythonBatchBackend(backend_config())
+    first = backend._ensure_engine()
+    assert backend._ensure_engine() is first
+    assert backend.engine_loaded
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_worker_batches_one_generate_at_a_time(monkeypatch: pytest.MonkeyPatch, context: str) -> None:
+    monkeypatch.setenv("BATCHMARK_MP_CONTEXT", context)
+    worker = EngineWorker(backend_config(), seed=1)
+    try:
+        ready = worker.start()
+        assert ready.info.kind == "simulated"
+        assert ready.load_seconds >= 0
+        worker.submit(specs(20))
+        reports = collect(worker, 20)
+    finally:
+        worker.close()
+    assert [len(report.completions) for report in reports] == [8, 8, 4]
+    assert [report.full for report in reports] == [True, True, False]
+    assert sorted(c.request_id for r in reports for c in r.completions) == list(range(20))
+    for earlier, later in itertools.pairwise(reports):
+        assert earlier.finished_at <= later.started_at  # never two generate() calls at once
+    assert all(c.output_tokens == 16 and c.prompt_tokens == 32 for r in reports for c in r.completions)
+
+
+def test_drain_drops_the_queue_and_waits_for_the_running_batch() -> None:
+    worker = EngineWorker(backend_config(batch_size=4, simulation={"time_scale": 1.0}), seed=1)
+    try:
+        worker.start()
+        worker.submit(specs(40))
+        time.sleep(0.2)
+        finished_while_draining = worker.drain()
+        assert worker.receive(0.5) == []  # nothing of the dropped requests ever runs
+        worker.submit(specs(4, first=100))
+        after = collect(worker, 4)
+    finally:
+        worker.close()
+    ran = sum(len(message[1].completions) for message in finished_while_draining)
+    assert 0 < ran < 40  # the batch in progress finished; the queued rest was dropped
+    assert [c.request_id for r in after for c in r.completions] == [100, 101, 102, 103]
+
+
+def test_a_worker_that_cannot_load_reports_why() -> None:
+    worker = EngineWorker(backend_config(vllm_config={"max_num_seqs": 0}), seed=1)
+    try:
+        with pytest.raises(RuntimeError, match="max_num_seqs"):
+            worker.start()
+    finally:
+        worker.close()
