@@ -187,7 +187,12 @@ class Aggregator:
         output_tokens: list[int] = []
         completed = errored = produced = 0
         size = len(report.completions)
-        for completion, enqueued_at, measured in zip(report.completions, event.enqueued, event.measured, strict=True):
+        # Continuous dispatch says when each request entered the engine, and has no batch to wait for.
+        dispatched = report.dispatched or [report.started_at] * size
+        continuous = report.dispatched is not None
+        for completion, enqueued_at, measured, entered in zip(
+            report.completions, event.enqueued, event.measured, dispatched, strict=True
+        ):
             if enqueued_at is None:
                 continue  # a late report of a request from an earlier benchmark of a sweep
             if not measured:
@@ -195,21 +200,21 @@ class Aggregator:
                 continue
             if completion.error is not None:
                 errored += 1
-                self._sample(self.errored_samples, completion, report, enqueued_at, size)
+                self._sample(self.errored_samples, completion, report, enqueued_at, size, entered)
                 continue
             completed += 1
             produced += completion.output_tokens
             latency.append(finished - enqueued_at)
-            queue_wait.append(report.started_at - enqueued_at)
-            batch_wait.append(max(0.0, report.closed_at - enqueued_at))
+            queue_wait.append(entered - enqueued_at)
+            batch_wait.append(0.0 if continuous else max(0.0, report.closed_at - enqueued_at))
             prompt_tokens.append(completion.prompt_tokens)
             output_tokens.append(completion.output_tokens)
             timings = completion.timings
             if not math.isnan(timings.to_first_token):
-                ttft.append(report.started_at - enqueued_at + timings.to_first_token)
+                ttft.append(entered - enqueued_at + timings.to_first_token)
                 if completion.output_tokens > 1 and not math.isnan(timings.decode):
                     tpot.append(timings.decode / (completion.output_tokens - 1))
-            self._sample(self.successful_samples, completion, report, enqueued_at, size)
+            self._sample(self.successful_samples, completion, report, enqueued_at, size, entered)
         self.timeline.add_completions(finished, completed, errored, produced)
         if completed + errored == 0:
             return
@@ -238,7 +243,13 @@ class Aggregator:
             self._busy_settled += max(0.0, end - max(begin, start))
 
     def _sample(
-        self, into: list[RequestSample], completion: Completion, report: BatchReport, enqueued_at: float, size: int
+        self,
+        into: list[RequestSample],
+        completion: Completion,
+        report: BatchReport,
+        enqueued_at: float,
+        size: int,
+        dispatched_at: float,
     ) -> None:
         if len(into) >= self.sample_requests:
             return
@@ -249,7 +260,7 @@ class Aggregator:
                 batch_id=report.batch_id,
                 batch_size=size,
                 enqueued=enqueued_at - self.start,
-                dispatched=report.started_at - self.start,
+                dispatched=dispatched_at - self.start,
                 completed=report.finished_at - self.start,
                 prompt_tokens=completion.prompt_tokens,
                 output_tokens=completion.output_tokens,

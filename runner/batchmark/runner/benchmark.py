@@ -114,6 +114,7 @@ class BenchmarkRunner:
             ),
             environment=environment(),
             config=self.config.model_dump(mode="json"),
+            dispatch=self.config.backend.dispatch,
             complete=not any(result.interrupted for result in results) and not self.stop.is_set(),
             benchmarks=results,
         )

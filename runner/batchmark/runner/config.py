@@ -88,6 +88,15 @@ class VllmPythonBatchBackendConfig(ConfigModel):
         default_factory=dict,
         description="vLLM EngineArgs by their Python names (e.g. gpu_memory_utilization, max_model_len).",
     )
+    dispatch: Literal["batch", "continuous"] = Field(
+        default="batch",
+        description=(
+            "'batch' (the seed's behaviour): micro-batches of batch_size through LLM.generate(), one at a time."
+            " 'continuous': one engine thread adds requests to vLLM's scheduler while it runs, so the engine"
+            " never waits for a batch to fill or drain; batch_size then caps the requests in flight and"
+            " batch_timeout is unused."
+        ),
+    )
     engine: Literal["vllm", "simulated"] = Field(
         default="vllm",
         description="'vllm' runs the real engine; 'simulated' models its speed without a GPU.",

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from batchmark.runner.backend.request_format import check_request_format
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.engines.base import Completion, Engine, WorkItem
 from batchmark.runner.engines.factory import check_engine_available, load_engine
@@ -31,6 +32,8 @@ class VllmPythonBatchBackend:
     def validate(self) -> None:
         if multiprocessing.parent_process() is None:
             check_engine_available(self.config)
+            # A template that cannot render is a config error now, not a failure after the engine loaded.
+            check_request_format(self.config.request_format)
             return
         self._ensure_engine()
 

@@ -15,14 +15,16 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.batcher import MicroBatcher
+from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
-from batchmark.runner.engines.base import NO_TIMINGS, Completion, EngineInfo, WorkItem
+from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
 
@@ -37,6 +39,9 @@ class BatchReport(NamedTuple):
     finished_at: float  # generate() returned
     completions: list[Completion]
     queue_depth: int  # requests waiting in the worker when the batch finished
+    # Continuous dispatch only: when each completion's request entered the engine (None: at started_at). There
+    # a report is the requests one engine step finished, and covers the busy time since the previous report.
+    dispatched: list[float] | None = None
 
 
 @dataclass
@@ -144,15 +149,28 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
         conn.close()
         return
     engine = backend._ensure_engine()
+    if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
+        message = f"backend.dispatch=continuous: the {config.engine} engine cannot take requests while running"
+        conn.send(("failed", message))
+        conn.close()
+        return
     conn.send(("ready", engine.info, backend.load_seconds))
-    batcher: MicroBatcher[WorkItem] = MicroBatcher(config.batch_size, config.batch_timeout)
+    queue: _Queue
+    if config.dispatch == "continuous":
+        queue = AdmissionQueue()
+    else:
+        queue = MicroBatcher(config.batch_size, config.batch_timeout)
     send_lock = threading.Lock()
     receiver = threading.Thread(
-        target=_receive_requests, args=(conn, batcher, send_lock), name="batchmark-receiver", daemon=True
+        target=_receive_requests, args=(conn, queue, send_lock), name="batchmark-receiver", daemon=True
     )
     receiver.start()
     try:
-        _dispatch_batches(conn, backend, batcher, send_lock)
+        # vLLM's LLM is not thread-safe: this thread alone calls the engine, in either mode.
+        if isinstance(queue, AdmissionQueue):
+            dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size)
+        else:
+            _dispatch_batches(conn, backend, queue, send_lock)
     except Exception:
         with send_lock:
             conn.send(("crashed", traceback.format_exc()))
@@ -160,9 +178,17 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
         conn.close()
 
 
-def _receive_requests(
-    conn: multiprocessing.connection.Connection, batcher: MicroBatcher[WorkItem], send_lock: threading.Lock
-) -> None:
+class _Queue(Protocol):
+    """What the receiver thread needs: MicroBatcher (batch dispatch) or AdmissionQueue (continuous)."""
+
+    def put(self, items: Iterable[WorkItem]) -> None: ...
+
+    def close(self) -> list[WorkItem]: ...
+
+    def drain(self) -> list[WorkItem]: ...
+
+
+def _receive_requests(conn: multiprocessing.connection.Connection, batcher: _Queue, send_lock: threading.Lock) -> None:
     while True:
         try:
             message = conn.recv()

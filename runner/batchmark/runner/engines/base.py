@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from batchmark.runner.data import RequestSpec
 
@@ -65,6 +66,29 @@ class Engine(Protocol):
         ...
 
 
+@runtime_checkable
+class ContinuousEngine(Protocol):
+    """An engine whose scheduler takes requests while it runs (continuous dispatch); one thread drives it."""
+
+    info: EngineInfo
+
+    def add(self, item: WorkItem) -> Completion | None:
+        """Hand one request to the engine; a request the engine rejects comes back at once as failed."""
+        ...
+
+    def step(self) -> list[Completion]:
+        """Run one engine step; returns the requests it finished."""
+        ...
+
+    def in_flight(self) -> int:
+        """Requests added and not yet returned by ``step``."""
+        ...
+
+    def abort_all(self) -> list[Completion]:
+        """Fail every request in flight (the engine broke); returns their completions."""
+        ...
+
+
 class PromptBuilder(Protocol):
     """Turns request specs into engine prompts; the key identifies the request in the engine's outputs."""
 
@@ -92,6 +116,10 @@ class GenerateEngine:
     Outputs are matched to requests by prompt key, not position. When ``generate`` raises for the whole
     call (as vLLM does when one prompt is invalid), the batch is split in halves and retried until every
     request that can complete has, and each bad one carries its own error.
+
+    Where the object also has vLLM's ``llm_engine`` (``add_request``, ``step``), it serves continuous dispatch
+    too: requests go in under our own ids (``str(request_id)``) and come back matched by them. vLLM's ``LLM``
+    is not thread-safe, so the caller keeps every call on one thread.
     """
 
     def __init__(
@@ -105,6 +133,49 @@ class GenerateEngine:
         self.prompts = prompts
         self.sampling_params = sampling_params
         self.info = info
+        self._pending: dict[str, WorkItem] = {}
+
+    # --- continuous dispatch: vLLM's LLMEngine step API ---
+
+    def add(self, item: WorkItem) -> Completion | None:
+        try:
+            prompt, _ = self.prompts.build(item.spec)
+        except Exception as error:  # a request that cannot be built fails alone
+            return _failed(item, f"prompt: {error}")
+        request_id = str(item.spec.request_id)
+        try:
+            # vLLM validates each request here (e.g. a prompt longer than max_model_len), so a bad one fails
+            # alone and never enters the scheduler.
+            self.llm.llm_engine.add_request(request_id, prompt, self.sampling_params(item.spec))
+        except Exception as error:
+            return _failed(item, f"{type(error).__name__}: {error}")
+        self._pending[request_id] = item
+        return None
+
+    def step(self) -> list[Completion]:
+        completions = []
+        for output in self.llm.llm_engine.step():
+            if not output.finished:
+                continue
+            item = self._pending.pop(str(output.request_id), None)
+            if item is None:
+                continue  # not one of ours (nothing else should add requests, but never guess by position)
+            completions.append(completion_from_output(item.spec.request_id, output))
+        return completions
+
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def abort_all(self) -> list[Completion]:
+        message = "the engine failed while this request was in flight"
+        failed = [_failed(item, message) for item in self._pending.values()]
+        abort = getattr(self.llm.llm_engine, "abort_request", None)
+        # The engine is already broken; its requests are reported failed whether or not the abort works.
+        if abort is not None and self._pending:
+            with contextlib.suppress(Exception):
+                abort(list(self._pending))
+        self._pending.clear()
+        return failed
 
     def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
         prepared: list[tuple[WorkItem, Any, Hashable]] = []

@@ -110,6 +110,10 @@ class _Sequence:
     scheduled_at: float | None = None
     first_token_at: float = 0.0
     finished_at: float = 0.0
+    # Set for requests added one by one through ``llm_engine`` (continuous dispatch); simulated seconds.
+    request_id: str = ""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    queued_at: float = 0.0
 
 
 @dataclass
@@ -163,6 +167,14 @@ class SimulatedLLM:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs, max_num_batched_tokens and max_model_len must be positive")
         self.cost = CostModel(self.step_fixed_seconds, self.batched_token_seconds, self.context_token_seconds)
+        self._llm_engine: SimulatedLLMEngine | None = None
+
+    @property
+    def llm_engine(self) -> SimulatedLLMEngine:
+        """vLLM's ``LLM.llm_engine``: requests added one at a time and advanced step by step."""
+        if self._llm_engine is None:
+            self._llm_engine = SimulatedLLMEngine(self)
+        return self._llm_engine
 
     def generate(
         self,
@@ -293,6 +305,82 @@ class SimulatedLLM:
             request_id=str(next(self._request_counter)),
             prompt=None,
             prompt_token_ids=prompt["prompt_token_ids"],
+            prompt_logprobs=None,
+            outputs=[
+                CompletionOutput(index=0, text="", token_ids=[_FILLER_TOKEN] * seq.generated, finish_reason="length")
+            ],
+            finished=True,
+            metrics=stats,
+        )
+
+
+class SimulatedLLMEngine:
+    """vLLM's ``LLMEngine`` step API (``add_request``, ``step``, ``has_unfinished_requests``) on the cost model.
+
+    Unlike ``generate``, which replays a closed set of requests, this keeps one scheduler state across calls:
+    requests join the running batch at the next step, as they do in vLLM's continuous batching. Each ``step``
+    runs one engine step and returns the requests it finished. The simulated clock never runs behind wall
+    time (scaled): time spent idle or between steps passes for the engine too, so timestamps stay ordered
+    (queued <= scheduled <= first token <= last token) on ``time.monotonic()``.
+    """
+
+    def __init__(self, llm: SimulatedLLM) -> None:
+        self._llm = llm
+        self._clock = _Clock(wall_start=time.monotonic(), time_scale=llm.time_scale)
+        self._arrival_wall = time.time() - time.monotonic()  # wall = monotonic + offset
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._index = itertools.count()
+
+    def _catch_up(self) -> None:
+        clock = self._clock
+        if clock.time_scale > 0:
+            clock.now = max(clock.now, (time.monotonic() - clock.wall_start) / clock.time_scale)
+
+    def add_request(
+        self, request_id: str, prompt: TokensPrompt, params: SamplingParams, arrival_time: float | None = None
+    ) -> None:
+        """Queue one request; an invalid prompt raises here, for that request alone, as in vLLM."""
+        sequence = self._llm._validated(next(self._index), prompt, params)
+        self._catch_up()
+        sequence.request_id = request_id
+        sequence.prompt_token_ids = list(prompt["prompt_token_ids"])
+        sequence.queued_at = self._clock.now
+        self._waiting.append(sequence)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self._waiting) + len(self._running)
+
+    def step(self) -> list[RequestOutput]:
+        """One engine step; returns the outputs of the requests it finished."""
+        if not self.has_unfinished_requests():
+            return []
+        self._catch_up()
+        before = self._running + list(self._waiting)
+        self._running = self._llm._step(self._waiting, self._running, self._clock)
+        still = {id(seq) for seq in self._running} | {id(seq) for seq in self._waiting}
+        return [self._output(seq) for seq in before if id(seq) not in still]
+
+    def _output(self, seq: _Sequence) -> RequestOutput:
+        stamp = self._clock.stamp
+        first = stamp(seq.first_token_at)
+        queued = stamp(seq.queued_at)
+        stats = RequestStateStats(
+            num_generation_tokens=seq.generated,
+            arrival_time=queued + self._arrival_wall,
+            queued_ts=queued,
+            scheduled_ts=stamp(seq.scheduled_at or seq.queued_at),
+            first_token_ts=first,
+            last_token_ts=stamp(seq.finished_at),
+            first_token_latency=first - queued,
+        )
+        return RequestOutput(
+            request_id=seq.request_id,
+            prompt=None,
+            prompt_token_ids=seq.prompt_token_ids,
             prompt_logprobs=None,
             outputs=[
                 CompletionOutput(index=0, text="", token_ids=[_FILLER_TOKEN] * seq.generated, finish_reason="length")

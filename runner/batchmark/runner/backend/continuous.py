@@ -1,0 +1,141 @@
+"""Continuous dispatch: one engine thread keeps vLLM's scheduler fed instead of waiting for micro-batches.
+
+Requests join the engine as soon as they reach the worker, up to ``batch_size`` in flight (``batch_timeout``
+is unused: nothing waits for a batch to fill). The thread alternates "add what waits" and one engine
+``step()``; every step that finishes requests sends one report with them, so completion times are exact to
+the step. Reports tile the engine's busy time without overlap — each covers from the end of the previous one
+(or from when the engine went busy after being idle) to its own step's end — so engine utilisation has the
+same meaning as in batch mode: the share of the window in which the engine had work.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.connection
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from batchmark.runner.engines.base import Completion, ContinuousEngine, WorkItem
+
+
+class AdmissionQueue:
+    """Requests waiting for a seat in the engine; the same put/close/drain/task_done surface as MicroBatcher."""
+
+    def __init__(self) -> None:
+        self._queue: deque[WorkItem] = deque()
+        self._closed = False
+        self._busy = False
+        self._condition = threading.Condition()
+
+    def put(self, items: Iterable[WorkItem]) -> None:
+        with self._condition:
+            self._queue.extend(items)
+            self._condition.notify_all()
+
+    def close(self) -> list[WorkItem]:
+        with self._condition:
+            self._closed = True
+            dropped = list(self._queue)
+            self._queue.clear()
+            self._condition.notify_all()
+            return dropped
+
+    def drain(self) -> list[WorkItem]:
+        """Drop what waits, then block until the engine has nothing in flight."""
+        with self._condition:
+            dropped = list(self._queue)
+            self._queue.clear()
+            while self._busy and not self._closed:
+                self._condition.wait()
+            return dropped
+
+    def task_done(self) -> None:
+        """The engine has nothing in flight any more."""
+        with self._condition:
+            self._busy = False
+            self._condition.notify_all()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def take(self, limit: int, block: bool) -> list[WorkItem] | None:
+        """Up to ``limit`` waiting requests; with ``block``, wait for at least one. None once closed."""
+        with self._condition:
+            while block and not self._queue and not self._closed:
+                self._condition.wait()
+            if self._closed:
+                return None
+            taken = [self._queue.popleft() for _ in range(min(limit, len(self._queue)))]
+            if taken:
+                self._busy = True
+            return taken
+
+
+def dispatch_continuously(
+    conn: multiprocessing.connection.Connection,
+    engine: ContinuousEngine,
+    queue: AdmissionQueue,
+    send_lock: threading.Lock,
+    max_in_flight: int,
+) -> None:
+    """The engine thread: add waiting requests while seats are free, step, report what finished."""
+    # Imported here: worker imports this module, and BatchReport lives there.
+    from batchmark.runner.backend.worker import BatchReport  # noqa: PLC0415
+
+    report_id = 0
+    dispatched: dict[int, float] = {}  # request id -> when it entered the engine
+    period_start: float | None = None  # start of the busy time the next report covers
+
+    def send(completions: list[Completion], now: float, began: float) -> None:
+        nonlocal report_id
+        report = BatchReport(
+            batch_id=report_id,
+            full=engine.in_flight() + len(completions) >= max_in_flight,
+            closed_at=began,
+            started_at=began,
+            finished_at=now,
+            completions=completions,
+            queue_depth=len(queue),
+            dispatched=[dispatched.pop(c.request_id, began) for c in completions],
+        )
+        with send_lock:
+            conn.send(("batch", report))
+        report_id += 1
+
+    while True:
+        free = max_in_flight - engine.in_flight()
+        items = queue.take(free, block=engine.in_flight() == 0)
+        if items is None:
+            return
+        rejected: list[Completion] = []
+        for item in items:
+            now = time.monotonic()
+            if period_start is None:
+                period_start = now
+            dispatched[item.spec.request_id] = now
+            failure = engine.add(item)
+            if failure is not None:
+                rejected.append(failure)
+        if engine.in_flight() == 0:
+            # Only rejected requests (or nothing): report them, the engine stays idle.
+            if rejected and period_start is not None:
+                now = time.monotonic()
+                send(rejected, now, period_start)
+            period_start = None
+            queue.task_done()
+            continue
+        try:
+            finished = engine.step()
+        except Exception as error:  # the engine itself broke: everything in flight failed
+            finished = engine.abort_all()
+            message = f"engine error: {type(error).__name__}: {error}"
+            finished = [c._replace(error=message) for c in finished]
+        finished = rejected + finished
+        now = time.monotonic()
+        if finished:
+            assert period_start is not None
+            send(finished, now, period_start)
+            period_start = now if engine.in_flight() else None
+        if engine.in_flight() == 0:
+            queue.task_done()
