@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from batchmark.runner.backend.worker import BatchReport
@@ -158,6 +158,7 @@ class Aggregator:
         self.prompt_tokens_total = 0
         self.output_tokens_total = 0
         self.batches = 0
+        self.batch_sizes: Counter[int] = Counter()  # exact, and bounded by batch_size: the report's histogram
         self.distributions = {name: Distribution() for name in Distributions.model_fields}
         self.timeline = Timeline(start)
         self.successful_samples: list[RequestSample] = []
@@ -235,6 +236,7 @@ class Aggregator:
         values["output_tokens"].extend(output_tokens)
         values["batch_duration"].add(report.finished_at - report.started_at)
         values["batch_size"].add(size)
+        self.batch_sizes[size] += 1
 
     def _settle_busy(self, until: float) -> None:
         start = self.measure_start if self.measure_start is not None else self.start
@@ -308,6 +310,7 @@ class Aggregator:
             ),
             engine_utilization=min(1.0, busy / measured) if measured > 0 else 0.0,
             batches=self.batches,
+            batch_size_histogram=sorted(self.batch_sizes.items()),
             distributions=Distributions(
                 **{name: distribution.summary() for name, distribution in self.distributions.items()}
             ),

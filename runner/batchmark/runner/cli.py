@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -25,7 +26,11 @@ from batchmark.runner.config import RunConfig
 from batchmark.runner.console import ConsoleObserver, print_summary
 from batchmark.runner.engines.factory import EngineUnavailable
 from batchmark.runner.events import RunObserver
-from batchmark.runner.outputs import write_report
+from batchmark.runner.htmlreport.render import print_comparison, render, render_report, write_html
+from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS, MetricsObserver, MetricsServer
+from batchmark.runner.outputs import load_report, write_report
+from batchmark.runner.pushgateway import push_results, run_succeeded
+from batchmark.runner.results import RunReport
 from batchmark.runner.spec import SpecError, parse_spec
 
 EXIT_USAGE = 2
@@ -62,11 +67,75 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", help="e.g. kind=throughput,max_concurrency=20")
     run.add_argument("--constraint", action="append", default=[], help="e.g. kind=max_requests,count=100 (repeatable)")
     run.add_argument(
-        "--output", action="append", default=[], help="write results to PATH (.json, .yaml, .csv; repeatable)"
+        "--output",
+        action="append",
+        default=[],
+        help="write results to PATH (.json, .yaml, .csv, or .html: a self-contained report; repeatable)",
     )
     run.add_argument("--sample-requests", type=int, help="per-request records kept in the results")
     run.add_argument("--quiet", action="store_true", help="no progress bar or banner; the summary only")
+    run.add_argument(
+        "--metrics-port",
+        type=_port,
+        help="serve Prometheus metrics on this port at /metrics while the run lasts (0: any free port; default: off)",
+    )
+    run.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address the metrics server binds (default 127.0.0.1; 0.0.0.0 inside a pod, for Prometheus)",
+    )
+    run.add_argument(
+        "--metrics-linger",
+        type=_seconds,
+        default=DEFAULT_LINGER_SECONDS,
+        metavar="SECONDS",
+        help="keep serving metrics this long after the run, so the last values are scraped (default: "
+        f"{DEFAULT_LINGER_SECONDS:g}, one default scrape interval; a signal ends it early)",
+    )
+    run.add_argument(
+        "--pushgateway",
+        metavar="URL",
+        help="push the final results to this Prometheus Pushgateway (job=batchmark, grouped by --name)",
+    )
+    report = commands.add_parser(
+        "report",
+        help="render a saved result as a self-contained HTML report",
+        description="Render a results file (.json or .yaml, as `batchmark run --output` wrote it) as one "
+        "self-contained HTML file that opens offline.",
+    )
+    report.add_argument("results", type=Path, help="results file (.json, .yaml)")
+    report.add_argument("-o", "--output", type=Path, required=True, help="HTML file to write")
+    compare = commands.add_parser(
+        "compare",
+        help="compare saved results side by side",
+        description="Print the figures of several results files side by side with their differences from the "
+        "first (the baseline), and optionally render them as one HTML report.",
+    )
+    compare.add_argument(
+        "results", type=Path, nargs="+", help="results files (.json, .yaml); the first is the baseline"
+    )
+    compare.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML file")
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
+    return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds >= 0:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return seconds
 
 
 def load_config(args: argparse.Namespace) -> RunConfig:
@@ -200,6 +269,8 @@ class _StopOnSignal:
     def __init__(self, runner: BenchmarkRunner) -> None:
         self.runner = runner
         self.received: int | None = None
+        # Set by every signal: ends the metrics linger early, when the pod or the user wants the process gone.
+        self.any_signal = threading.Event()
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -207,6 +278,7 @@ class _StopOnSignal:
             signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
+        self.any_signal.set()
         if self.received is not None and number == signal.SIGINT:
             raise KeyboardInterrupt
         self.received = number
@@ -223,34 +295,144 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
         return EXIT_USAGE
     observers: list[RunObserver] = [ConsoleObserver(console, show_progress=not args.quiet), *extra_observers]
     runner = BenchmarkRunner(config, observers)
+    metrics_server: MetricsServer | None = None
+    metrics_port: int | None = getattr(args, "metrics_port", None)
+    if metrics_port is not None:
+        exporter = MetricsObserver(config, runner.run_id)
+        observers.append(exporter)  # the runner fans out to this very list
+        address = getattr(args, "metrics_address", "127.0.0.1")
+        try:
+            metrics_server = MetricsServer(exporter.registry, metrics_port, address)
+        except OSError as error:
+            console.print(
+                f"[bold red]batchmark run: error:[/] --metrics-port: cannot listen on {address}:{metrics_port}: "
+                f"{error.strerror or error}",
+                highlight=False,
+            )
+            return EXIT_USAGE
+        console.print(f"serving metrics on {metrics_server.url}", highlight=False)
     stopper = _StopOnSignal(runner)
     stopper.install()
+    report: RunReport | None = None
     try:
-        runner.check()
-        runner.start()
-        report = runner.run()
+        try:
+            runner.check()
+            runner.start()
+            report = runner.run()
+            for output in config.outputs:
+                write_report(report, Path(output))
+        except EngineUnavailable as error:
+            console.print(f"[bold red]batchmark run: error:[/] {error}", highlight=False)
+            return EXIT_USAGE
+        except WorkerFailed as error:
+            console.print(f"[bold red]batchmark run: the engine failed:[/] {error}", highlight=False)
+            return EXIT_FAILED
+        finally:
+            runner.close()
+        print_summary(Console(), report)
         for output in config.outputs:
-            write_report(report, Path(output))
-    except EngineUnavailable as error:
-        console.print(f"[bold red]batchmark run: error:[/] {error}", highlight=False)
-        return EXIT_USAGE
-    except WorkerFailed as error:
-        console.print(f"[bold red]batchmark run: the engine failed:[/] {error}", highlight=False)
-        return EXIT_FAILED
+            console.print(f"wrote {output}")
+        if stopper.received is not None:
+            return 128 + stopper.received
+        return 0
     finally:
-        runner.close()
-    print_summary(Console(), report)
-    for output in config.outputs:
-        console.print(f"wrote {output}")
-    if stopper.received is not None:
-        return 128 + stopper.received
+        # On success and failure alike: a failed run's push records the failure (and keeps the last good
+        # results), and the linger lets Prometheus scrape the final phase and counts.
+        gateway: str | None = getattr(args, "pushgateway", None)
+        if gateway:
+            _push(console, gateway, config.name, report)
+        if metrics_server is not None:
+            _linger(console, stopper, getattr(args, "metrics_linger", DEFAULT_LINGER_SECONDS))
+            metrics_server.close()
+
+
+def _push(console: Console, gateway: str, name: str, report: RunReport | None) -> None:
+    outcome = push_results(gateway, name, report)
+    if outcome.ok:
+        what = "results" if run_succeeded(report) else "the failure (the last good results are kept)"
+        console.print(f"pushed {what} to {gateway}", highlight=False)
+    else:
+        console.print(
+            f"[bold yellow]batchmark run: warning:[/] could not push to the Pushgateway {gateway} after "
+            f"{outcome.attempts} attempts ({outcome.error}); the results themselves are unaffected",
+            highlight=False,
+        )
+
+
+def _linger(console: Console, stopper: _StopOnSignal, seconds: float) -> None:
+    if seconds <= 0:
+        return
+    console.print(f"serving the final metrics for {seconds:g} s more", highlight=False)
+    stopper.any_signal.clear()
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C during the linger just ends it
+        stopper.any_signal.wait(seconds)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    try:
+        report = _load(args.results)
+        _write_html(args.output, render_report(report))
+    except UsageError as error:
+        console.print(f"[bold red]batchmark report: error:[/] {error}", highlight=False)
+        return EXIT_USAGE
+    console.print(f"wrote {args.output}", highlight=False)
     return 0
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    try:
+        if len(args.results) < 2:
+            raise UsageError("give at least two results files to compare")
+        reports = list(zip(_labels(args.results), [_load(path) for path in args.results], strict=True))
+        print_comparison(Console(), reports)
+        if args.output is not None:
+            _write_html(args.output, render(reports))
+    except UsageError as error:
+        console.print(f"[bold red]batchmark compare: error:[/] {error}", highlight=False)
+        return EXIT_USAGE
+    if args.output is not None:
+        console.print(f"wrote {args.output}", highlight=False)
+    return 0
+
+
+def _labels(paths: Sequence[Path]) -> list[str]:
+    """File names without extension, numbered where two would read the same."""
+    stems = [path.stem for path in paths]
+    return [f"{stem} ({index + 1})" if stems.count(stem) > 1 else stem for index, stem in enumerate(stems)]
+
+
+def _load(path: Path) -> RunReport:
+    try:
+        return load_report(path)
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise UsageError(
+            f"{path} is not a batchmark results file ({error.error_count()} problems; first: "
+            f"{'.'.join(map(str, first['loc'])) or '(document)'}: {first['msg']})"
+        ) from None
+    except ValueError as error:  # JSON and YAML syntax errors both derive from it
+        raise UsageError(f"{path} is not valid JSON or YAML: {error}") from None
+
+
+def _write_html(path: Path, text: str) -> None:
+    try:
+        write_html(path, text)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return run_command(args)
+    if args.command == "report":
+        return report_command(args)
+    if args.command == "compare":
+        return compare_command(args)
     return EXIT_USAGE
 
 

@@ -331,7 +331,8 @@ class RunConfig(ConfigModel):
         default=20, ge=0, description="Per-request records kept in the results (memory stays bounded)."
     )
     outputs: list[str] = Field(
-        default_factory=list, description="Files to write: .json, .yaml/.yml or .csv by extension."
+        default_factory=list,
+        description="Files to write: .json, .yaml/.yml, .csv or .html (a self-contained report) by extension.",
     )
 
     @field_validator("outputs")
@@ -369,4 +370,4 @@ class RunConfig(ConfigModel):
         return next((constraint for constraint in self.constraints if constraint.kind == kind), None)
 
 
-OUTPUT_EXTENSIONS = (".json", ".yaml", ".yml", ".csv")
+OUTPUT_EXTENSIONS = (".json", ".yaml", ".yml", ".csv", ".html")

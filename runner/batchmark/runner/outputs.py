@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from batchmark.runner.htmlreport.render import render_report
 from batchmark.runner.results import RunReport
 
 
@@ -22,6 +23,8 @@ def write_report(report: RunReport, path: Path) -> None:
         text = yaml.safe_dump(report.model_dump(mode="json"), sort_keys=False)
     elif suffix == ".csv":
         text = report_csv(report)
+    elif suffix == ".html":
+        text = render_report(report)
     else:
         raise ValueError(f"{path}: unknown output format {suffix!r}")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from batchmark.runner.stats import DistributionSummary
 from pydantic import BaseModel, ConfigDict, Field
+
+from batchmark.runner.stats import DistributionSummary
 
 
 class ResultModel(BaseModel):
@@ -87,6 +88,11 @@ class BenchmarkResult(ResultModel):
         description="Share of the measured window the engine spent inside generate(); 1.0 = never idle."
     )
     batches: int = Field(description="Micro-batches dispatched in the measured window.")
+    batch_size_histogram: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="(effective batch size, batches of that size) over measured batches, by size; at most "
+        "batch_size entries.",
+    )
     distributions: Distributions = Field(description="Distributions over measured requests and batches.")
     timeline: list[TimelinePoint] = Field(description="Completions and engine busy time over the benchmark.")
     samples: list[RequestSample] = Field(description="Per-request records, at most sample_requests of each kind.")

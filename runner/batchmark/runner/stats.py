@@ -15,6 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field
 # error is smallest exactly in the tails (p99, p99.9) that a latency report cares about.
 EXACT_LIMIT = 100_000
 QUANTILES = {"median": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+# Where a summary samples the distribution for a CDF chart: even steps through the body, then denser into
+# the tail, where latency charts are read. Fixed and small (55 points), so a result file stays compact.
+CDF_LEVELS: tuple[float, ...] = (
+    *(step / 50 for step in range(50)),
+    0.99,
+    0.995,
+    0.999,
+    0.9999,
+    1.0,
+)
 
 
 class DistributionSummary(BaseModel):
@@ -33,6 +43,10 @@ class DistributionSummary(BaseModel):
     max: float | None = Field(description="Largest value.")
     std: float | None = Field(description="Population standard deviation.")
     exact: bool = Field(description="True when quantiles are exact, False when from a t-digest.")
+    cdf: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="Cumulative distribution as (quantile level, value) pairs at fixed levels, for charts.",
+    )
 
 
 class Distribution:
@@ -125,5 +139,19 @@ class Distribution:
             max=self._max,
             std=math.sqrt(max(self._sum_sq_dev, 0.0) / self._count),
             exact=self._digest is None,
+            cdf=self.cdf(),
             **{name: self.quantile(q) for name, q in QUANTILES.items()},
         )
+
+    def cdf(self) -> list[tuple[float, float]] | None:
+        """The values at ``CDF_LEVELS``: level 0 is the minimum and 1 the maximum, exact at any size."""
+        if self._count == 0:
+            return None
+        exact = self.values()
+        if exact is not None:
+            values = [float(value) for value in np.quantile(exact, CDF_LEVELS)]
+        else:
+            assert self._digest is not None
+            values = [float(self._digest.quantile(level)) for level in CDF_LEVELS]
+            values[0], values[-1] = self._min, self._max
+        return list(zip(CDF_LEVELS, values, strict=True))

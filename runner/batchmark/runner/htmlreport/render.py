@@ -1,0 +1,301 @@
+"""A run's results (or several runs side by side) as one self-contained HTML file.
+
+Everything is inline: styles, the charts as SVG, a few lines of script, and the results themselves as
+JSON, so the file opens offline, from an e-mail or a CI artifact, years later.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from rich.console import Console
+from rich.table import Table
+
+from batchmark.runner import __version__
+from batchmark.runner.htmlreport.charts import Chart, Series, bar_chart, colour, format_number, line_chart
+from batchmark.runner.results import BenchmarkResult, RunReport
+
+_ENVIRONMENT = jinja2.Environment(
+    loader=jinja2.PackageLoader("batchmark.runner.htmlreport", "templates"),
+    autoescape=jinja2.select_autoescape(default=True),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the comparison: how to read it from a benchmark, and which direction is better."""
+
+    label: str
+    read: Callable[[BenchmarkResult], float | None]
+    higher_is_better: bool | None  # None: neither (a setting or a count)
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("output tokens/s", lambda b: b.throughput.output_tokens_per_second, True),
+    Metric("total tokens/s", lambda b: b.throughput.total_tokens_per_second, True),
+    Metric("requests/s", lambda b: b.throughput.requests_per_second, True),
+    Metric("latency p50, s", lambda b: b.distributions.request_latency.median, False),
+    Metric("latency p99, s", lambda b: b.distributions.request_latency.p99, False),
+    Metric("queue wait p50, s", lambda b: b.distributions.queue_wait.median, False),
+    Metric("TTFT p50, s", lambda b: b.distributions.time_to_first_token.median, False),
+    Metric("TPOT p50, s", lambda b: b.distributions.time_per_output_token.median, False),
+    Metric("mean batch size", lambda b: b.distributions.batch_size.mean, None),
+    Metric("engine utilization", lambda b: b.engine_utilization, True),
+    Metric("completed", lambda b: float(b.requests.completed), None),
+    Metric("errored", lambda b: float(b.requests.errored), False),
+    Metric("measured seconds", lambda b: b.measured_duration, None),
+)
+
+
+@dataclass(frozen=True)
+class CompareCell:
+    value: str
+    difference: str  # "" for the baseline or where there is nothing to compare
+    verdict: str  # "better", "worse" or "" (CSS class and plain-text marker)
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    benchmark: str
+    metric: str
+    cells: list[CompareCell]
+
+
+def difference(base: float | None, value: float | None, higher_is_better: bool | None) -> tuple[str, str]:
+    """The change from the baseline as a signed percentage, and whether it is better or worse."""
+    if base is None or value is None:
+        return "", ""
+    if base == 0:
+        return ("±0%" if value == 0 else "n/a"), ""
+    change = value / base - 1
+    text = f"{change:+.1%}"
+    if higher_is_better is None or abs(change) < 0.005:
+        return text, ""
+    return text, "better" if (change > 0) == higher_is_better else "worse"
+
+
+def compare_rows(reports: Sequence[tuple[str, RunReport]]) -> list[CompareRow]:
+    """Benchmarks are paired by position (a sweep's n-th benchmark with the other sweep's n-th)."""
+    rows: list[CompareRow] = []
+    depth = max((len(report.benchmarks) for _, report in reports), default=0)
+    for position in range(depth):
+        present = [report.benchmarks[position] if position < len(report.benchmarks) else None for _, report in reports]
+        labels = sorted({b.strategy for b in present if b is not None})
+        name = f"{position + 1}. {' / '.join(labels)}"
+        for metric in METRICS:
+            values = [metric.read(b) if b is not None else None for b in present]
+            base = values[0]
+            cells = []
+            for index, value in enumerate(values):
+                text = "-" if value is None else format_number(value)
+                change, verdict = ("", "") if index == 0 else difference(base, value, metric.higher_is_better)
+                cells.append(CompareCell(text, change, verdict))
+            rows.append(CompareRow(name, metric.label, cells))
+    return rows
+
+
+def _series_name(run_label: str, benchmark: BenchmarkResult, report: RunReport, several_runs: bool) -> str:
+    if not several_runs:
+        return benchmark.strategy
+    return run_label if len(report.benchmarks) == 1 else f"{run_label}: {benchmark.strategy}"
+
+
+def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
+    several = len(reports) > 1
+    throughput: list[Series] = []
+    cdf: list[Series] = []
+    histograms: list[tuple[str, dict[int, int]]] = []
+    index = 0
+    for run_label, report in reports:
+        origin = min((b.started_at for b in report.benchmarks), default=0.0)
+        run_points: list[tuple[float, float]] = []
+        for benchmark in report.benchmarks:
+            name = _series_name(run_label, benchmark, report, several)
+            offset = benchmark.started_at - origin
+            points = [
+                (offset + point.start + point.width / 2, point.output_tokens / point.width)
+                for point in benchmark.timeline
+                if point.width > 0
+            ]
+            if several:
+                run_points.extend(points)
+            else:
+                throughput.append(Series(name, points, colour(len(throughput))))
+            curve = benchmark.distributions.request_latency.cdf or []
+            cdf.append(Series(name, [(value, level) for level, value in curve], colour(index)))
+            histograms.append((name, dict(benchmark.batch_size_histogram)))
+            index += 1
+        if several:
+            throughput.append(Series(run_label, run_points, colour(len(throughput))))
+    sizes = sorted({size for _, counts in histograms for size in counts})
+    groups = []
+    for group_index, (name, counts) in enumerate(histograms):
+        total = sum(counts.values()) or 1
+        groups.append((name, colour(group_index), [counts.get(size, 0) / total for size in sizes]))
+    result = [
+        line_chart(
+            "throughput",
+            "Output throughput over time",
+            "seconds since the run's first benchmark started",
+            "output tokens/s",
+            throughput,
+            x_from_zero=True,
+        ),
+        line_chart("latency-cdf", "Request latency (CDF)", "request latency, s", "share of requests", cdf),
+        bar_chart(
+            "batch-size",
+            "Effective batch size",
+            "requests in the batch",
+            "share of batches",
+            [str(s) for s in sizes],
+            groups,
+        ),
+    ]
+    if any(len(report.benchmarks) > 1 for _, report in reports):
+        result.extend(_rate_charts(reports))
+    return result
+
+
+def _rate_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
+    """A sweep against its request rate: the achieved rate, so the throughput benchmark has its place too."""
+    throughput: list[Series] = []
+    latency: list[Series] = []
+    for run_label, report in reports:
+        ordered = sorted(report.benchmarks, key=lambda b: b.throughput.requests_per_second)
+        prefix = f"{run_label} " if len(reports) > 1 else ""
+        throughput.append(
+            Series(
+                run_label if len(reports) > 1 else "output tokens/s",
+                [(b.throughput.requests_per_second, b.throughput.output_tokens_per_second) for b in ordered],
+                colour(len(throughput)),
+            )
+        )
+        for quantile in ("median", "p99"):
+            points = [
+                (b.throughput.requests_per_second, value)
+                for b in ordered
+                if (value := getattr(b.distributions.request_latency, quantile)) is not None
+            ]
+            latency.append(Series(f"{prefix}latency {quantile}", points, colour(len(latency))))
+    return [
+        line_chart("sweep-throughput", "Throughput against request rate", "requests/s", "output tokens/s", throughput),
+        line_chart("sweep-latency", "Latency against request rate", "requests/s", "request latency, s", latency),
+    ]
+
+
+def _summary_rows(reports: Sequence[tuple[str, RunReport]]) -> list[dict[str, str]]:
+    rows = []
+    for run_label, report in reports:
+        for benchmark in report.benchmarks:
+            dist = benchmark.distributions
+            counts = benchmark.requests
+            rows.append(
+                {
+                    "run": run_label,
+                    "benchmark": benchmark.strategy,
+                    "stop": benchmark.stop_reason,
+                    "requests": f"{counts.completed}/{counts.errored}/{counts.incomplete}",
+                    "req/s": f"{benchmark.throughput.requests_per_second:,.2f}",
+                    "out tok/s": f"{benchmark.throughput.output_tokens_per_second:,.1f}",
+                    "total tok/s": f"{benchmark.throughput.total_tokens_per_second:,.1f}",
+                    "batch": _number(dist.batch_size.mean),
+                    "util": f"{benchmark.engine_utilization:.3f}",
+                    "lat p50": _number(dist.request_latency.median),
+                    "lat p99": _number(dist.request_latency.p99),
+                    "queue p50": _number(dist.queue_wait.median),
+                    "TTFT p50": _number(dist.time_to_first_token.median),
+                    "TPOT p50": _number(dist.time_per_output_token.median),
+                }
+            )
+    return rows
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _inline_json(data: Any) -> str:
+    """JSON safe inside a <script> element: no "</" can close it early."""
+    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def render(reports: Sequence[tuple[str, RunReport]]) -> str:
+    """One report, or several compared against the first (the baseline)."""
+    if not reports:
+        raise ValueError("nothing to render: no reports")
+    several = len(reports) > 1
+    first = reports[0][1]
+    title = (
+        f"batchmark compare: {' vs '.join(label for label, _ in reports)}"
+        if several
+        else f"batchmark {first.name}: {first.engine.model} on {first.engine.kind}"
+    )
+    template = _ENVIRONMENT.get_template("report.html.j2")
+    return template.render(
+        title=title,
+        several=several,
+        runs=[{"label": label, "report": report} for label, report in reports],
+        summary=_summary_rows(reports),
+        compare=compare_rows(reports) if several else [],
+        charts=charts(reports),
+        version=__version__,
+        data=_inline_json({label: report.model_dump(mode="json") for label, report in reports}),
+    )
+
+
+def render_report(report: RunReport) -> str:
+    return render([(report.name, report)])
+
+
+def write_html(path: Path, text: str) -> None:
+    """Atomically, as the other outputs: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+
+
+def comparison_table(reports: Sequence[tuple[str, RunReport]]) -> Table:
+    """The comparison for a terminal: the same rows as the HTML, differences marked + (better) or - (worse)."""
+    table = Table(title=f"batchmark compare (baseline: {reports[0][0]})", title_justify="left")
+    table.add_column("metric")
+    for index, (label, _) in enumerate(reports):
+        table.add_column(label, justify="right")
+        if index > 0:
+            table.add_column("Δ", justify="right")
+    styles = {"better": "green", "worse": "red", "": ""}
+    benchmark = None
+    for row in compare_rows(reports):
+        if row.benchmark != benchmark:
+            # One heading row per benchmark keeps the table narrow enough for a terminal.
+            benchmark = row.benchmark
+            table.add_section()
+            table.add_row(f"[bold]{benchmark}[/]", *[""] * (2 * len(reports) - 1))
+        cells: list[str] = [row.metric]
+        for index, cell in enumerate(row.cells):
+            cells.append(cell.value)
+            if index > 0:
+                style = styles[cell.verdict]
+                cells.append(f"[{style}]{cell.difference}[/]" if style and cell.difference else cell.difference)
+        table.add_row(*cells)
+    return table
+
+
+def print_comparison(console: Console, reports: Sequence[tuple[str, RunReport]]) -> None:
+    for label, report in reports:
+        simulated = " (SIMULATED)" if report.engine.simulated else ""
+        incomplete = " (INCOMPLETE)" if not report.complete else ""
+        console.print(
+            f"{label}: {report.name} {report.engine.model} on {report.engine.kind}{simulated}{incomplete}, "
+            f"batch size {report.config.get('backend', {}).get('batch_size', '?')}, run {report.run_id}",
+            highlight=False,
+        )
+    console.print(comparison_table(reports))

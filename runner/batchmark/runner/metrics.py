@@ -1,0 +1,201 @@
+"""Live Prometheus metrics of a run: a RunObserver that keeps the series, and the /metrics server.
+
+The counters and histograms follow the report's own accounting: they count the requests the report
+measures (warm-up and cool-down excluded), so ``batchmark_output_tokens_total`` at the end of a run equals the
+report's ``tokens.output`` summed over its benchmarks, and a dashboard and the results file never disagree.
+Every series carries ``benchmark`` (the run's name) and ``run_id``; no other label takes open-ended values.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Final
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+
+from batchmark.runner import __version__
+from batchmark.runner.config import RunConfig
+from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.events import BatchEvent, Phase, Progress, RunObserver
+from batchmark.runner.results import BenchmarkResult
+
+PHASES: Final[tuple[Phase, ...]] = ("loading", "warmup", "measuring", "cooldown", "done")
+OUTCOMES: Final = ("success", "error", "incomplete")
+# Waits and latencies from 1 ms (a tiny batch on a fast GPU) to 1 h (a huge offline batch), roughly three
+# buckets per decade, so a histogram_quantile() stays within a factor of about 2 anywhere in that range.
+SECONDS_BUCKETS: Final[tuple[float, ...]] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1000.0,
+    1800.0,
+    3600.0,
+)
+DEFAULT_LINGER_SECONDS: Final = 15.0  # Prometheus' default scrape interval: the last values get scraped once
+
+
+def batch_size_buckets(batch_size: int) -> tuple[float, ...]:
+    """Powers of two below the configured size, and the size itself: "how often was the batch full" is one
+    bucket's share, and the bucket count stays logarithmic in the batch size."""
+    bounds: list[float] = []
+    bound = 1
+    while bound < batch_size:
+        bounds.append(float(bound))
+        bound *= 2
+    bounds.append(float(batch_size))
+    return tuple(bounds)
+
+
+class MetricsObserver(RunObserver):
+    """Keeps a run's live series in its own registry (never the process-global one: tests and the operator
+    may hold several runs in one process)."""
+
+    def __init__(self, config: RunConfig, run_id: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        labels = {"benchmark": config.name, "run_id": run_id}
+        names = list(labels)
+        registry = self.registry
+
+        def counter(name: str, documentation: str, extra: Sequence[str] = ()) -> Counter:
+            return Counter(name, documentation, [*names, *extra], registry=registry)
+
+        def histogram(name: str, documentation: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, documentation, names, buckets=buckets, registry=registry)
+
+        def gauge(name: str, documentation: str, extra: Sequence[str] = ()) -> Gauge:
+            return Gauge(name, documentation, [*names, *extra], registry=registry)
+
+        requests = counter(
+            "batchmark_requests",
+            "Measured requests by outcome: success, error, or incomplete (in flight when a benchmark stopped).",
+            ["outcome"],
+        )
+        self._requests = {outcome: requests.labels(**labels, outcome=outcome) for outcome in OUTCOMES}
+        self._prompt_tokens = counter(
+            "batchmark_prompt_tokens", "Prompt tokens of measured successful requests, as the engine counted."
+        ).labels(**labels)
+        self._output_tokens = counter(
+            "batchmark_output_tokens", "Tokens generated for measured successful requests."
+        ).labels(**labels)
+        self._latency = histogram(
+            "batchmark_request_latency_seconds", "Enqueue to completion of measured requests.", SECONDS_BUCKETS
+        ).labels(**labels)
+        self._queue_wait = histogram(
+            "batchmark_queue_wait_seconds", "Enqueue to dispatch into the engine.", SECONDS_BUCKETS
+        ).labels(**labels)
+        self._batch_wait = histogram(
+            "batchmark_batch_wait_seconds",
+            "Enqueue until the request's micro-batch was complete (filled or timed out).",
+            SECONDS_BUCKETS,
+        ).labels(**labels)
+        self._batch_duration = histogram(
+            "batchmark_batch_duration_seconds", "One generate() call of a measured micro-batch.", SECONDS_BUCKETS
+        ).labels(**labels)
+        self._batch_size = histogram(
+            "batchmark_effective_batch_size",
+            "Requests per measured micro-batch, as dispatched.",
+            batch_size_buckets(config.backend.batch_size),
+        ).labels(**labels)
+        self._in_flight = gauge("batchmark_requests_in_flight", "Requests issued and not finished.").labels(**labels)
+        self._queued = gauge(
+            "batchmark_requests_queued", "Requests waiting in the engine worker for a micro-batch."
+        ).labels(**labels)
+        self._load_seconds = gauge(
+            "batchmark_engine_load_seconds", "Time to load the engine, outside every timed phase."
+        ).labels(**labels)
+        phase = gauge(
+            "batchmark_phase",
+            "1 for the phase the run is in (loading, warmup, measuring, cooldown, done), 0 for the others.",
+            ["phase"],
+        )
+        self._phases = {name: phase.labels(**labels, phase=name) for name in PHASES}
+        run_info = Info(
+            "batchmark",
+            "The run: model, backend, engine, batch size and batchmark's version.",
+            names,
+            registry=registry,
+        )
+        run_info.labels(**labels).info(
+            {
+                "model": config.backend.model,
+                "backend": config.backend.kind,
+                "engine": config.backend.engine,
+                "batch_size": str(config.backend.batch_size),
+                "version": __version__,
+            }
+        )
+        self.on_phase("loading")
+
+    def on_phase(self, phase: Phase) -> None:
+        for name, child in self._phases.items():
+            child.set(1 if name == phase else 0)
+
+    def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
+        self._load_seconds.set(load_seconds)
+
+    def on_batch(self, event: BatchEvent) -> None:
+        report = event.report
+        measured_any = False
+        for completion, enqueued_at, measured in zip(report.completions, event.enqueued, event.measured, strict=True):
+            if enqueued_at is None or not measured:
+                continue  # the aggregator leaves these out of the report; so do the series
+            measured_any = True
+            if completion.error is not None:
+                self._requests["error"].inc()
+                continue
+            self._requests["success"].inc()
+            self._prompt_tokens.inc(completion.prompt_tokens)
+            self._output_tokens.inc(completion.output_tokens)
+            self._latency.observe(report.finished_at - enqueued_at)
+            self._queue_wait.observe(report.started_at - enqueued_at)
+            self._batch_wait.observe(max(0.0, report.closed_at - enqueued_at))
+        if measured_any:
+            self._batch_duration.observe(report.finished_at - report.started_at)
+            self._batch_size.observe(len(report.completions))
+        self._queued.set(report.queue_depth)
+
+    def on_progress(self, progress: Progress) -> None:
+        self._in_flight.set(progress.in_flight)
+        self._queued.set(progress.queued)
+
+    def on_benchmark_end(self, result: BenchmarkResult) -> None:
+        self._requests["incomplete"].inc(result.requests.incomplete)
+        self._in_flight.set(0)
+
+
+class MetricsServer:
+    """prometheus-client's /metrics server on one address, stopped (socket closed) by ``close``."""
+
+    def __init__(self, registry: CollectorRegistry, port: int, address: str = "127.0.0.1") -> None:
+        server, thread = start_http_server(port, addr=address, registry=registry)
+        self._server: WSGIServer = server
+        self._thread: threading.Thread = thread
+        self.address = address
+        self.port: int = server.server_port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,152 @@
+"""The final results, pushed to a Prometheus Pushgateway once a run ends.
+
+Grouped by ``job="batchmark"`` and the benchmark's name, with pushadd semantics (HTTP POST): the Pushgateway
+replaces only the metric names in the push and keeps every other one of the group. A run that failed
+pushes its failure marker alone, so the last good results and ``batchmark_last_success_timestamp_seconds``
+stay as the last successful run left them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
+from prometheus_client.exposition import default_handler
+
+from batchmark.runner import __version__
+from batchmark.runner.results import RunReport
+
+JOB: Final = "batchmark"
+QUANTILE_FIELDS: Final = {"median": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99", "p999": "0.999"}
+# Stop reasons that mean the benchmark did not finish its job, whatever it measured before.
+FAILED_STOP_REASONS: Final = frozenset({"max_errors", "max_error_rate"})
+
+
+def run_succeeded(report: RunReport | None) -> bool:
+    """A run succeeded when it ran to its end and every benchmark completed requests without tripping an
+    error constraint; its numbers are then the ones a dashboard should show."""
+    if report is None or not report.complete or not report.benchmarks:
+        return False
+    return all(
+        benchmark.requests.completed > 0 and benchmark.stop_reason not in FAILED_STOP_REASONS
+        for benchmark in report.benchmarks
+    )
+
+
+def results_registry(name: str, report: RunReport | None, now: float | None = None) -> CollectorRegistry:
+    """The series of one push: the results and the success timestamp on success, the failure time alone
+    otherwise."""
+    registry = CollectorRegistry(auto_describe=True)
+    now = time.time() if now is None else now
+    if not run_succeeded(report):
+        Gauge(
+            "batchmark_last_failure_timestamp_seconds",
+            "When the last failed run of this benchmark ended, Unix seconds.",
+            registry=registry,
+        ).set(now)
+        return registry
+    assert report is not None
+    Gauge(
+        "batchmark_last_success_timestamp_seconds",
+        "When the last successful run of this benchmark ended, Unix seconds.",
+        registry=registry,
+    ).set(now)
+    info = Gauge(
+        "batchmark_result_info",
+        "The run the results come from: run id, model, engine, batch size and batchmark's version.",
+        ["run_id", "model", "engine", "batch_size", "version"],
+        registry=registry,
+    )
+    info.labels(
+        run_id=report.run_id,
+        model=report.engine.model,
+        engine=report.engine.kind,
+        batch_size=str(report.config.get("backend", {}).get("batch_size", "")),
+        version=__version__,
+    ).set(1)
+    # One label value per benchmark of the run: a sweep has a handful, and each push replaces the last one's.
+    strategy = ["strategy"]
+
+    def gauge(metric: str, documentation: str, extra: list[str] | None = None) -> Gauge:
+        return Gauge(metric, documentation, strategy + (extra or []), registry=registry)
+
+    throughput = {
+        "requests": gauge("batchmark_result_requests_per_second", "Completed requests per measured second."),
+        "output": gauge("batchmark_result_output_tokens_per_second", "Generated tokens per measured second."),
+        "prompt": gauge("batchmark_result_prompt_tokens_per_second", "Prompt tokens per measured second."),
+        "total": gauge("batchmark_result_total_tokens_per_second", "Prompt and generated tokens per second."),
+    }
+    requests = gauge("batchmark_result_requests", "Requests of the benchmark by outcome.", ["outcome"])
+    tokens = gauge("batchmark_result_tokens", "Tokens of measured requests by kind (prompt, output).", ["kind"])
+    latency = gauge("batchmark_result_request_latency_seconds", "Quantiles of the request latency.", ["quantile"])
+    duration = gauge("batchmark_result_duration_seconds", "The whole benchmark, warm-up and cool-down included.")
+    measured = gauge("batchmark_result_measured_duration_seconds", "The measured window of the benchmark.")
+    utilization = gauge("batchmark_result_engine_utilization_ratio", "Share of the window the engine generated.")
+    for benchmark in report.benchmarks:
+        label = benchmark.strategy
+        throughput["requests"].labels(label).set(benchmark.throughput.requests_per_second)
+        throughput["output"].labels(label).set(benchmark.throughput.output_tokens_per_second)
+        throughput["prompt"].labels(label).set(benchmark.throughput.prompt_tokens_per_second)
+        throughput["total"].labels(label).set(benchmark.throughput.total_tokens_per_second)
+        requests.labels(label, "success").set(benchmark.requests.completed)
+        requests.labels(label, "error").set(benchmark.requests.errored)
+        requests.labels(label, "incomplete").set(benchmark.requests.incomplete)
+        for kind, count in benchmark.tokens.items():
+            tokens.labels(label, kind).set(count)
+        summary = benchmark.distributions.request_latency
+        for field_name, quantile in QUANTILE_FIELDS.items():
+            value = getattr(summary, field_name)
+            if value is not None:
+                latency.labels(label, quantile).set(value)
+        duration.labels(label).set(benchmark.duration)
+        measured.labels(label).set(benchmark.measured_duration)
+        utilization.labels(label).set(benchmark.engine_utilization)
+    return registry
+
+
+@dataclass
+class PushOutcome:
+    """What happened to a push: it never raises, so the caller decides how loudly to report a failure."""
+
+    ok: bool
+    attempts: int
+    error: str | None = None
+    delays: list[float] = field(default_factory=list)
+
+
+def push_results(
+    gateway: str,
+    name: str,
+    report: RunReport | None,
+    *,
+    attempts: int = 4,
+    first_delay: float = 1.0,
+    request_timeout: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PushOutcome:
+    """Push with retries and exponential back-off (1, 2, 4 s by default); gives up with the last error."""
+    registry = results_registry(name, report)
+
+    def handler(
+        url: str, method: str, timeout: float | None, headers: list[tuple[str, str]], data: bytes
+    ) -> Callable[[], None]:
+        # prometheus-client waits forever by default; a gateway that hangs must not hold the pod.
+        return default_handler(url, method, request_timeout, headers, data)
+
+    error = ""
+    delays: list[float] = []
+    for attempt in range(1, attempts + 1):
+        try:
+            pushadd_to_gateway(gateway, job=JOB, grouping_key={"benchmark": name}, registry=registry, handler=handler)
+        except Exception as failure:
+            error = f"{type(failure).__name__}: {failure}"
+            if attempt < attempts:
+                delay = first_delay * 2 ** (attempt - 1)
+                delays.append(delay)
+                sleep(delay)
+            continue
+        return PushOutcome(ok=True, attempts=attempt, delays=delays)
+    return PushOutcome(ok=False, attempts=attempts, error=error, delays=delays)
