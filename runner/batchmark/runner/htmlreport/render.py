@@ -245,6 +245,7 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
         runs=[{"label": label, "report": report} for label, report in reports],
         summary=_summary_rows(reports),
         compare=compare_rows(reports) if several else [],
+        metrics_per_benchmark=len(METRICS),
         charts=charts(reports),
         version=__version__,
         data=_inline_json({label: report.model_dump(mode="json") for label, report in reports}),
