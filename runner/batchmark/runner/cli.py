@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_snake
 from rich.console import Console
 
 from batchmark.runner import __version__
+from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import WorkerFailed
 from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import RunConfig
@@ -321,7 +322,7 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
             report = runner.run()
             for output in config.outputs:
                 write_report(report, Path(output))
-        except EngineUnavailable as error:
+        except (EngineUnavailable, RequestFormatError) as error:
             console.print(f"[bold red]batchmark run: error:[/] {error}", highlight=False)
             return EXIT_USAGE
         except WorkerFailed as error:

@@ -37,7 +37,7 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
     args = engine_args(config)
     llm = vllm.LLM(**args)
     tokenizer = llm.get_tokenizer()
-    excluded = set(getattr(tokenizer, "all_special_ids", []) or [])
+    excluded = special_token_ids(tokenizer)
     factory = TokenPromptFactory.for_vocabulary(len(tokenizer), excluded, seed)
     prompts = ChatPromptBuilder(request_format, tokenizer, factory, TokensPrompt)
     prompts.probe()  # a template that cannot render fails here, before any timing starts
@@ -75,6 +75,16 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
         },
     )
     return GenerateEngine(llm, prompts, sampling_params, info)
+
+
+def special_token_ids(tokenizer: Any) -> set[int]:
+    """Ids a prompt's content must not contain: special tokens and added ones (chat markers such as
+    ``<|im_start|>``), which would otherwise forge template structure inside a templated prompt."""
+    excluded = {int(token_id) for token_id in getattr(tokenizer, "all_special_ids", []) or []}
+    get_added_vocab = getattr(tokenizer, "get_added_vocab", None)
+    if get_added_vocab is not None:
+        excluded.update(int(token_id) for token_id in get_added_vocab().values())
+    return excluded
 
 
 def _final_only_kind() -> Any:

