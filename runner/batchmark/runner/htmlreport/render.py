@@ -223,8 +223,10 @@ def _number(value: float | None) -> str:
 
 
 def _inline_json(data: Any) -> str:
-    """JSON safe inside a <script> element: no "</" can close it early."""
-    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    """JSON safe inside a <script> element: with <, > and & as escapes, no text can end the element or start
+    a comment-like state in it; JSON.parse reads the escapes back as the characters."""
+    text = json.dumps(data, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render(reports: Sequence[tuple[str, RunReport]]) -> str:
