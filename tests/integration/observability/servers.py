@@ -135,7 +135,14 @@ def pushgateway(workdir: Path) -> Iterator[str]:
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
-    with running([binary, f"--web.listen-address=127.0.0.1:{port}"], workdir / "pushgateway.log", f"{url}/-/ready"):
+    command = [
+        binary,
+        f"--web.listen-address=127.0.0.1:{port}",
+        # Debian's build persists to /var/lib/prometheus by default: a test's pushes would outlive it and leak
+        # into the next run. Each gateway keeps its own file in the test's folder.
+        f"--persistence.file={workdir / 'pushgateway.data'}",
+    ]
+    with running(command, workdir / "pushgateway.log", f"{url}/-/ready"):
         yield url
 
 
