@@ -94,8 +94,7 @@ def locate_binaries() -> Binaries:
         missing.append("etcd (Debian package etcd-server)")
     if missing:
         raise ClusterBinariesMissingError(
-            f"missing {', '.join(missing)} (looked in {kube_directory}); "
-            "run tests/cluster/setup to install them"
+            f"missing {', '.join(missing)} (looked in {kube_directory}); run tests/cluster/setup to install them"
         )
     helm = cache_directory() / f"helm-{helm_version()}" / "helm"
     return Binaries(
@@ -363,6 +362,9 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/16",
                 # No kubelets or kube-proxy serve the `kubernetes` Service's endpoints here.
                 "--endpoint-reconciler-type=none",
+                # Every fake node is this machine; its address is 127.0.0.1 whatever names it has.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={pki.ca.certificate}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
@@ -374,9 +376,7 @@ class ControlPlane:
             write_kubeconfig(
                 self.run_directory / f"{name}.kubeconfig", self.server, pki.ca.certificate, user, client=pair
             )
-        write_kubeconfig(
-            layout.kubeconfig, self.server, pki.ca.certificate, "batchmark-admin", client=pki.admin
-        )
+        write_kubeconfig(layout.kubeconfig, self.server, pki.ca.certificate, "batchmark-admin", client=pki.admin)
 
         # The controller manager and the scheduler retry until the API server answers, so they start now
         # rather than after it is ready: that overlaps their start-up with its.
@@ -440,9 +440,7 @@ class ControlPlane:
     def _check_children(self) -> None:
         for process in self._children:
             if process.poll() is not None:
-                name = (
-                    Path(str(process.args[0])).name if isinstance(process.args, list) else str(process.args)
-                )
+                name = Path(str(process.args[0])).name if isinstance(process.args, list) else str(process.args)
                 log = self.layout.log_directory / f"{name}.log"
                 tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
                 if "address already in use" in tail:
@@ -463,9 +461,7 @@ class ControlPlane:
         context.load_cert_chain(str(self.pki.admin.certificate), str(self.pki.admin.key))
         return context
 
-    def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
-    ) -> Any:
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
@@ -534,6 +530,8 @@ class ControlPlane:
         command = [sys.executable, str(NODE_AGENT_SCRIPT), "--kubeconfig", str(self.kubeconfig)]
         command += ["--work-dir", str(directory), "--pid-dir", str(self.layout.pid_directory)]
         command += ["--ready-file", str(ready_file)]
+        command += ["--tls-cert-file", str(self.pki.node_agent.certificate)]
+        command += ["--tls-private-key-file", str(self.pki.node_agent.key)]
         for node in self.node_names:
             command += ["--node", node]
         process, record = processes.start_detached(
@@ -604,9 +602,7 @@ def _command_up(arguments: argparse.Namespace) -> int:
     if (run_directory / "pids").exists() and any(
         processes.is_alive(record) for record in processes.read_records(run_directory / "pids")
     ):
-        print(
-            f"a cluster already runs from {run_directory}; stop it with tests/cluster/down", file=sys.stderr
-        )
+        print(f"a cluster already runs from {run_directory}; stop it with tests/cluster/down", file=sys.stderr)
         return 1
     if run_directory.exists():
         shutil.rmtree(run_directory)
@@ -625,9 +621,7 @@ def _command_up(arguments: argparse.Namespace) -> int:
         control_plane.stop()
         print(error, file=sys.stderr)
         return 1
-    print(
-        f"control plane up in {time.monotonic() - started:.1f} s at {control_plane.server}", file=sys.stderr
-    )
+    print(f"control plane up in {time.monotonic() - started:.1f} s at {control_plane.server}", file=sys.stderr)
     print(f"export KUBECONFIG={control_plane.kubeconfig}")
     tool_directories = [str(binaries.kubectl.parent)]
     if binaries.helm is not None:
@@ -646,9 +640,7 @@ def _command_down(arguments: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="start a control plane with fake GPU nodes and the node agent")
     up.add_argument("--run-dir", required=True, help="folder for the PKI, data, logs and kubeconfig")

@@ -26,10 +26,11 @@ that admission adds), the agent requests a token bound to the pod with the Token
 where the volume is mapped, and also writes a kubeconfig using it, named by `KUBECONFIG`. The agent does not
 set KUBERNETES_SERVICE_HOST, so clients that try in-cluster configuration first fall back to KUBECONFIG.
 
+It also serves the kubelet's containerLogs endpoint, so `kubectl logs [-f]` works.
+
 Not supported: images' entrypoints (a container without `command` runs --default-entrypoint), probes (a
 running container counts as ready), resource limits, network isolation (every pod's IP is 127.0.0.1 and
-its ports are this machine's), `kubectl logs` and `exec` (the output is in the pod's folder, in
-`<container>.log`).
+its ports are this machine's), `kubectl exec`, `attach` and `port-forward`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import argparse
 import base64
 import contextlib
 import datetime
+import http.server
 import json
 import os
 import re
@@ -287,9 +289,7 @@ class PodWorker:
         spec = pod["spec"]
         self.init_containers = [ContainerRun(c["name"], c, init=True) for c in spec.get("initContainers", [])]
         self.containers = [ContainerRun(c["name"], c, init=False) for c in spec.get("containers", [])]
-        self.thread = threading.Thread(
-            target=self._run, name=f"pod {self.namespace}/{self.name}", daemon=True
-        )
+        self.thread = threading.Thread(target=self._run, name=f"pod {self.namespace}/{self.name}", daemon=True)
 
     @property
     def path(self) -> str:
@@ -298,9 +298,7 @@ class PodWorker:
     def start(self) -> None:
         self.thread.start()
 
-    def request_stop(
-        self, grace_seconds: float, reason: tuple[str, str] | None = None, gone: bool = False
-    ) -> None:
+    def request_stop(self, grace_seconds: float, reason: tuple[str, str] | None = None, gone: bool = False) -> None:
         """Stop the pod's processes: SIGTERM now, SIGKILL after grace_seconds."""
         with self.lock:
             self.stop_grace_seconds = min(self.stop_grace_seconds, grace_seconds)
@@ -351,8 +349,7 @@ class PodWorker:
                     return
         self.initialized = True
         threads = [
-            threading.Thread(target=self._keep_running, args=(c, restart_policy), daemon=True)
-            for c in self.containers
+            threading.Thread(target=self._keep_running, args=(c, restart_policy), daemon=True) for c in self.containers
         ]
         for thread in threads:
             thread.start()
@@ -400,8 +397,7 @@ class PodWorker:
             container.state = {
                 "waiting": {
                     "reason": "CrashLoopBackOff",
-                    "message": f"back-off {delay:g}s restarting failed container={container.name} "
-                    f"pod={self.name}",
+                    "message": f"back-off {delay:g}s restarting failed container={container.name} pod={self.name}",
                 }
             }
         self._publish()
@@ -636,9 +632,7 @@ class PodWorker:
         except PodConfigError as error:
             with self.lock:
                 for container in self.init_containers + self.containers:
-                    container.state = {
-                        "waiting": {"reason": "CreateContainerConfigError", "message": str(error)}
-                    }
+                    container.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}
             self.agent.event(self.pod, "Warning", "FailedMount", str(error))
             self._publish()
             return False
@@ -800,9 +794,7 @@ class PodWorker:
             else:
                 # emptyDir, and kinds this agent cannot provide (those start empty, which the log notes).
                 if "emptyDir" not in volume:
-                    self.agent.log(
-                        f"pod {self.namespace}/{self.name}: volume {name} is provided as an empty folder"
-                    )
+                    self.agent.log(f"pod {self.namespace}/{self.name}: volume {name} is provided as an empty folder")
                 files = {}
             directory.mkdir(parents=True, exist_ok=True)
             for relative, content in files.items():
@@ -852,9 +844,7 @@ class PodWorker:
         for variable in spec.get("env", []):
             name = variable["name"]
             if "valueFrom" not in variable:
-                environment[name] = container.paths.rewrite(
-                    expand_references(variable.get("value", ""), environment)
-                )
+                environment[name] = container.paths.rewrite(expand_references(variable.get("value", ""), environment))
                 continue
             value_from = variable["valueFrom"]
             if "fieldRef" in value_from:
@@ -868,8 +858,7 @@ class PodWorker:
                     if reference.get("optional"):
                         continue
                     raise PodConfigError(
-                        f"couldn't find key {reference['key']} in {kind[:-1]} "
-                        f"{self.namespace}/{reference['name']}"
+                        f"couldn't find key {reference['key']} in {kind[:-1]} {self.namespace}/{reference['name']}"
                     )
                 raw = data[reference["key"]]
                 environment[name] = base64.b64decode(raw).decode() if kind == "secrets" else raw
@@ -961,9 +950,7 @@ class NodeAgent:
         except (ApiError, OSError) as error:
             self.log(f"event {reason} on {metadata['name']} not recorded: {error}")
 
-    def record_process(
-        self, worker: PodWorker, container: ContainerRun, process: subprocess.Popen[bytes]
-    ) -> None:
+    def record_process(self, worker: PodWorker, container: ContainerRun, process: subprocess.Popen[bytes]) -> None:
         """Record a pod's process where `down` finds it, so none outlives the cluster."""
         if self.pid_directory is None:
             return
@@ -985,6 +972,25 @@ class NodeAgent:
     @staticmethod
     def _record_name(worker: PodWorker, container: ContainerRun) -> str:
         return f"pod-{worker.uid}-{container.name}"
+
+    def container_log(self, namespace: str, pod: str, container: str) -> Path | None:
+        """The output file of a container of the newest pod so named, if it ran here."""
+        candidates = sorted(
+            (self.work_directory / "pods").glob(f"{namespace}_{pod}_*/{container}.log"),
+            key=lambda path: path.stat().st_mtime,
+        )
+        return candidates[-1] if candidates else None
+
+    def runs(self, namespace: str, pod: str) -> bool:
+        """Whether a pod so named still runs here (so following its log should go on)."""
+        with self.lock:
+            return any(w.namespace == namespace and w.name == pod for w in self.workers.values())
+
+    def announce_log_port(self, port: int) -> None:
+        """Tell the API server where the nodes' `kubectl logs` endpoint is, as a kubelet's status does."""
+        for node in self.node_names:
+            body = {"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}}
+            self.api.call("PATCH", f"/api/v1/nodes/{node}/status", body, "application/strategic-merge-patch+json")
 
     def worker_finished(self, worker: PodWorker) -> None:
         with self.lock:
@@ -1150,19 +1156,93 @@ class NodeAgent:
             worker.thread.join(timeout=10)
 
 
+class ContainerLogServer(http.server.ThreadingHTTPServer):
+    """The part of a kubelet's API that `kubectl logs` reaches through the API server: containerLogs.
+
+    The API server connects to the node's address and `status.daemonEndpoints.kubeletEndpoint.Port`; all fake
+    nodes share this one server on 127.0.0.1.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, agent: NodeAgent, certificate: Path, key: Path) -> None:
+        super().__init__(("127.0.0.1", 0), _ContainerLogHandler)
+        self.agent = agent
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(certificate), str(key))
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+
+    @property
+    def port(self) -> int:
+        port: int = self.server_address[1]
+        return port
+
+
+class _ContainerLogHandler(http.server.BaseHTTPRequestHandler):
+    server: ContainerLogServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Requests are not worth a line in the agent's log each."""
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        parts = url.path.strip("/").split("/")
+        if parts == ["healthz"]:
+            self._answer(200, b"ok")
+            return
+        if len(parts) != 4 or parts[0] != "containerLogs":
+            self._answer(404, b"not found")
+            return
+        namespace, pod, container = parts[1:]
+        log_path = self.server.agent.container_log(namespace, pod, container)
+        if log_path is None:
+            self._answer(404, f"no log of container {container} of pod {namespace}/{pod}".encode())
+            return
+        query = urllib.parse.parse_qs(url.query)
+        follow = query.get("follow", ["false"])[0] == "true"
+        tail_lines = int(query["tailLines"][0]) if "tailLines" in query else None
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.end_headers()
+        # A client that stops reading (kubectl logs -f interrupted) is no error.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self._stream(log_path, namespace, pod, follow, tail_lines)
+
+    def _stream(self, log_path: Path, namespace: str, pod: str, follow: bool, tail_lines: int | None) -> None:
+        with log_path.open("rb") as log:
+            if tail_lines is not None:
+                lines = log.read().splitlines(keepends=True)
+                self.wfile.write(b"".join(lines[-tail_lines:] if tail_lines else []))
+            else:
+                self.wfile.write(log.read())
+            self.wfile.flush()
+            while follow:
+                chunk = log.read()
+                if chunk:
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                elif not self.server.agent.runs(namespace, pod):
+                    return
+                else:
+                    time.sleep(0.2)
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--kubeconfig", required=True, type=Path, help="credentials allowed to manage pods and nodes"
-    )
-    parser.add_argument(
-        "--node", action="append", required=True, help="name of a node to run pods for (repeatable)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubeconfig", required=True, type=Path, help="credentials allowed to manage pods and nodes")
+    parser.add_argument("--node", action="append", required=True, help="name of a node to run pods for (repeatable)")
     parser.add_argument("--work-dir", required=True, type=Path, help="folder for the pods' files and logs")
     parser.add_argument("--pid-dir", type=Path, help="folder where each pod process' PID is recorded")
     parser.add_argument("--ready-file", type=Path, help="file created once the first list of pods is handled")
+    parser.add_argument("--tls-cert-file", type=Path, help="serving certificate for `kubectl logs` requests")
+    parser.add_argument("--tls-private-key-file", type=Path, help="its key")
     parser.add_argument(
         "--default-entrypoint",
         default="batchmark",
@@ -1185,6 +1265,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if arguments.tls_cert_file is not None and arguments.tls_private_key_file is not None:
+        log_server = ContainerLogServer(agent, arguments.tls_cert_file, arguments.tls_private_key_file)
+        threading.Thread(target=log_server.serve_forever, name="logs", daemon=True).start()
+        agent.announce_log_port(log_server.port)
     watcher = threading.Thread(target=agent.run, args=(arguments.ready_file,), name="watch", daemon=True)
     watcher.start()
     agent.log(f"node agent for {', '.join(sorted(agent.node_names))} started")

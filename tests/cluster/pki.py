@@ -37,6 +37,8 @@ class ClusterPki:
 
     ca: CertificatePair
     apiserver: CertificatePair
+    # Served by the node agent where the API server expects the nodes' kubelets (for `kubectl logs`).
+    node_agent: CertificatePair
     admin: CertificatePair
     controller_manager: CertificatePair
     scheduler: CertificatePair
@@ -139,9 +141,7 @@ def _issue(
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     if alternative_names:
         builder = builder.add_extension(x509.SubjectAlternativeName(alternative_names), critical=False)
@@ -175,6 +175,16 @@ def make_cluster_pki(directory: Path) -> ClusterPki:
         alternative_names=serving_names,
     )
 
+    node_agent = _issue(
+        directory,
+        "nodeagent",
+        _name("batchmark-nodeagent"),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        ca_key=ca_key,
+        ca_certificate=ca_certificate,
+        alternative_names=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))],
+    )
+
     def client(file_stem: str, user: str, group: str | None = None) -> CertificatePair:
         return _issue(
             directory,
@@ -202,6 +212,7 @@ def make_cluster_pki(directory: Path) -> ClusterPki:
     return ClusterPki(
         ca=ca,
         apiserver=apiserver,
+        node_agent=node_agent,
         admin=admin,
         controller_manager=controller_manager,
         scheduler=scheduler,

@@ -80,9 +80,7 @@ def write_record(pid_dir: Path, record: ProcessRecord) -> None:
     pid_dir.mkdir(parents=True, exist_ok=True)
     path = pid_dir / f"{record.name}.json"
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(
-        json.dumps({"name": record.name, "pid": record.pid, "start_ticks": record.start_ticks})
-    )
+    temporary.write_text(json.dumps({"name": record.name, "pid": record.pid, "start_ticks": record.start_ticks}))
     temporary.replace(path)
 
 
@@ -103,9 +101,7 @@ def read_records(pid_dir: Path) -> list[ProcessRecord]:
             mtime = path.stat().st_mtime
         except (FileNotFoundError, json.JSONDecodeError):
             continue
-        records.append(
-            (mtime, ProcessRecord(name=data["name"], pid=data["pid"], start_ticks=data["start_ticks"]))
-        )
+        records.append((mtime, ProcessRecord(name=data["name"], pid=data["pid"], start_ticks=data["start_ticks"])))
     return [record for _, record in sorted(records, key=lambda item: item[0])]
 
 

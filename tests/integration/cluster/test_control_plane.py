@@ -147,15 +147,11 @@ spec:
             }
 
         with pytest.raises(ApiException) as rejected:
-            widgets.create_namespaced_custom_object(
-                group, version, kube_namespace, plural, widget("bad", {"size": 0})
-            )
+            widgets.create_namespaced_custom_object(group, version, kube_namespace, plural, widget("bad", {"size": 0}))
         assert rejected.value.status == 422
         assert "spec.size" in str(rejected.value.body)
 
-        widgets.create_namespaced_custom_object(
-            group, version, kube_namespace, plural, widget("good", {"size": 3})
-        )
+        widgets.create_namespaced_custom_object(group, version, kube_namespace, plural, widget("good", {"size": 3}))
         # Status is written through its subresource only: a status in the main resource's update is dropped.
         widgets.patch_namespaced_custom_object_status(
             group, version, kube_namespace, plural, "good", {"status": {"phase": "Done"}}
@@ -188,17 +184,12 @@ spec:
     assert listing.split() == ["widget.harness.batchmark.dev/good"]
 
 
-def test_job_runs_on_a_gpu_node_and_completes(
-    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
-) -> None:
+def test_job_runs_on_a_gpu_node_and_completes(kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     code = f"import pathlib, os; pathlib.Path({str(marker)!r}).write_text(os.environ['HOSTNAME'])"
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, python_job("works", code))
-        assert (
-            wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "works"))
-            == "Complete"
-        )
+        assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "works")) == "Complete"
         pod = job_pod(client, kube_namespace, "works")
     assert pod is not None
     assert pod.spec is not None
@@ -212,15 +203,11 @@ def test_job_runs_on_a_gpu_node_and_completes(
 def test_job_fails_on_a_nonzero_exit_with_the_termination_message(
     kube_cluster: KubeCluster, kube_namespace: str
 ) -> None:
-    code = (
-        "import pathlib, sys; pathlib.Path('/dev/termination-log').write_text('out of tokens'); sys.exit(3)"
-    )
+    code = "import pathlib, sys; pathlib.Path('/dev/termination-log').write_text('out of tokens'); sys.exit(3)"
     # The program writes its message where a container would; the agent maps that path for the process.
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, python_job("fails", code))
-        assert (
-            wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "fails")) == "Failed"
-        )
+        assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "fails")) == "Failed"
         pod = job_pod(client, kube_namespace, "fails")
     assert pod is not None
     assert pod.status is not None
@@ -234,9 +221,7 @@ def test_job_fails_on_a_nonzero_exit_with_the_termination_message(
 
 def test_termination_message_reaches_pod_status(kube_cluster: KubeCluster, kube_namespace: str) -> None:
     # The message file's path comes through the environment, as a program that is told where to write it.
-    code = (
-        "import os, pathlib; pathlib.Path(os.environ['MESSAGE_FILE']).write_text('tokens_per_second=1234.5')"
-    )
+    code = "import os, pathlib; pathlib.Path(os.environ['MESSAGE_FILE']).write_text('tokens_per_second=1234.5')"
     job = python_job(
         "message",
         code,
@@ -245,10 +230,7 @@ def test_termination_message_reaches_pod_status(kube_cluster: KubeCluster, kube_
     )
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, job)
-        assert (
-            wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "message"))
-            == "Complete"
-        )
+        assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "message")) == "Complete"
         pod = job_pod(client, kube_namespace, "message")
     assert pod is not None
     assert pod.status is not None
@@ -271,12 +253,8 @@ who = subprocess.run([{kubectl!r}, 'auth', 'whoami', '-o', 'jsonpath={{.status.u
                      capture_output=True, text=True, check=True).stdout
 pathlib.Path({str(report)!r}).write_text('|'.join([config, os.environ['TOKEN'], who, os.getcwd()]))
 """
-    kube_cluster.kubectl(
-        "create", "configmap", "bench-config", "-n", kube_namespace, "--from-literal=config.yaml=a: 1"
-    )
-    kube_cluster.kubectl(
-        "create", "secret", "generic", "bench-secret", "-n", kube_namespace, "--from-literal=token=s3"
-    )
+    kube_cluster.kubectl("create", "configmap", "bench-config", "-n", kube_namespace, "--from-literal=config.yaml=a: 1")
+    kube_cluster.kubectl("create", "secret", "generic", "bench-secret", "-n", kube_namespace, "--from-literal=token=s3")
     job = python_job(
         "sees",
         code,
@@ -289,9 +267,7 @@ pathlib.Path({str(report)!r}).write_text('|'.join([config, os.environ['TOKEN'], 
     job["spec"]["template"]["spec"]["volumes"] = [{"name": "config", "configMap": {"name": "bench-config"}}]
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, job)
-        assert (
-            wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "sees")) == "Complete"
-        )
+        assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "sees")) == "Complete"
     config, token, who, working_directory = report.read_text().split("|")
     assert config == "a: 1"
     assert token == "s3"
@@ -317,9 +293,7 @@ def _process_gone(pid: int) -> bool:
 LONG_RUNNER = "import os, pathlib, time; pathlib.Path({path!r}).write_text(str(os.getpid())); time.sleep(600)"
 
 
-def test_deleting_the_pod_kills_its_process(
-    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
-) -> None:
+def test_deleting_the_pod_kills_its_process(kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     with kube_cluster.api_client() as client:
         core = CoreV1Api(client)
@@ -344,9 +318,7 @@ def test_job_deadline_stops_the_pod(kube_cluster: KubeCluster, kube_namespace: s
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, job)
         pid = wait_for("the process to start", lambda: _pid_from(pid_file))
-        assert (
-            wait_for("the Job to fail", lambda: job_condition(client, kube_namespace, "deadline")) == "Failed"
-        )
+        assert wait_for("the Job to fail", lambda: job_condition(client, kube_namespace, "deadline")) == "Failed"
         conditions = job_conditions(client, kube_namespace, "deadline")
         assert any(condition.reason == "DeadlineExceeded" for condition in conditions)
     wait_for("the process to end", lambda: _process_gone(pid), timeout_seconds=15)
@@ -440,9 +412,7 @@ spec:
 """
     )
     kube_cluster.helm("install", "sleeper", str(chart), "-n", kube_namespace, "--wait", "--timeout", "60s")
-    listing = kube_cluster.kubectl(
-        "get", "pods", "-n", kube_namespace, "-l", "app=sleeper", "-o", "wide"
-    ).stdout
+    listing = kube_cluster.kubectl("get", "pods", "-n", kube_namespace, "-l", "app=sleeper", "-o", "wide").stdout
     assert "Running" in listing
     assert "cpu-node-0" in listing
     kube_cluster.helm("uninstall", "sleeper", "-n", kube_namespace, "--wait", "--timeout", "60s")
@@ -506,3 +476,14 @@ def test_a_pod_lost_in_an_agent_restart_fails_as_on_a_rebooted_node(
     assert terminated is not None
     assert terminated.terminated is not None
     assert terminated.terminated.reason == "ContainerStatusUnknown"
+
+
+def test_kubectl_logs_shows_the_containers_output(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    code = "for step in range(3): print('step', step, flush=True)"
+    with kube_cluster.api_client() as client:
+        create_job(client, kube_namespace, python_job("talks", code))
+        assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "talks")) == "Complete"
+    logs = kube_cluster.kubectl("logs", "-n", kube_namespace, "job/talks").stdout
+    assert logs.splitlines() == ["step 0", "step 1", "step 2"]
+    last = kube_cluster.kubectl("logs", "-n", kube_namespace, "job/talks", "--tail=1").stdout
+    assert last.splitlines() == ["step 2"]

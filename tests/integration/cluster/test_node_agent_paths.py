@@ -30,10 +30,7 @@ def test_other_values_are_left_as_written(tmp_path: Path) -> None:
 
 def test_references_expand_like_kubernetes() -> None:
     environment = {"MODEL": "Qwen/Qwen3-0.6B", "BATCH": "8"}
-    assert (
-        expand_references("--model=$(MODEL) --batch $(BATCH)", environment)
-        == "--model=Qwen/Qwen3-0.6B --batch 8"
-    )
+    assert expand_references("--model=$(MODEL) --batch $(BATCH)", environment) == "--model=Qwen/Qwen3-0.6B --batch 8"
     assert expand_references("$(UNKNOWN) stays", environment) == "$(UNKNOWN) stays"
     assert expand_references("$$(MODEL) is escaped", environment) == "$(MODEL) is escaped"
     assert expand_references("price: $5", environment) == "price: $5"
