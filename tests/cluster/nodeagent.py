@@ -882,6 +882,10 @@ class PodWorker:
         arguments = list(spec.get("args", []))
         argv = [container.paths.rewrite(expand_references(part, environment)) for part in command + arguments]
         executable = argv[0]
+        if "/" in executable and not os.access(executable, os.X_OK):
+            # A path inside the image (/usr/local/bin/batchmark, /opt/venv/bin/python): take the program of
+            # that name from PATH instead.
+            executable = Path(executable).name
         if "/" not in executable:
             found = shutil.which(executable, path=environment["PATH"])
             if found is None:

@@ -188,7 +188,9 @@ def test_job_runs_on_a_gpu_node_and_completes(kube_cluster: KubeCluster, kube_na
     marker = tmp_path / "ran"
     code = f"import pathlib, os; pathlib.Path({str(marker)!r}).write_text(os.environ['HOSTNAME'])"
     with kube_cluster.api_client() as client:
-        create_job(client, kube_namespace, python_job("works", code))
+        # The image's path of the program does not exist here; the agent runs the program of that name.
+        job = python_job("works", code, command=["/opt/image-only/bin/python", "-c", code])
+        create_job(client, kube_namespace, job)
         assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "works")) == "Complete"
         pod = job_pod(client, kube_namespace, "works")
     assert pod is not None
