@@ -152,21 +152,28 @@ class MetricsObserver(RunObserver):
 
     def on_batch(self, event: BatchEvent) -> None:
         report = event.report
-        measured_any = False
+        succeeded = failed = prompt_tokens = output_tokens = 0
         for completion, enqueued_at, measured in zip(report.completions, event.enqueued, event.measured, strict=True):
             if enqueued_at is None or not measured:
                 continue  # the aggregator leaves these out of the report; so do the series
-            measured_any = True
             if completion.error is not None:
-                self._requests["error"].inc()
+                failed += 1
                 continue
-            self._requests["success"].inc()
-            self._prompt_tokens.inc(completion.prompt_tokens)
-            self._output_tokens.inc(completion.output_tokens)
+            succeeded += 1
+            prompt_tokens += completion.prompt_tokens
+            output_tokens += completion.output_tokens
             self._latency.observe(report.finished_at - enqueued_at)
             self._queue_wait.observe(report.started_at - enqueued_at)
             self._batch_wait.observe(max(0.0, report.closed_at - enqueued_at))
-        if measured_any:
+        # Counters move once per batch, by the batch's sums: a scrape never sees half a batch counted, and the
+        # dispatcher pays one locked increment per series and batch rather than per request.
+        if succeeded:
+            self._requests["success"].inc(succeeded)
+            self._prompt_tokens.inc(prompt_tokens)
+            self._output_tokens.inc(output_tokens)
+        if failed:
+            self._requests["error"].inc(failed)
+        if succeeded or failed:
             self._batch_duration.observe(report.finished_at - report.started_at)
             self._batch_size.observe(len(report.completions))
         self._queued.set(report.queue_depth)
