@@ -1,0 +1,3 @@
+"""Fixtures shared by every test folder: the local Kubernetes control plane (tests/cluster/)."""
+
+pytest_plugins = ["tests.cluster.fixtures"]
