@@ -174,6 +174,9 @@ class TransientPhaseConfig(ConfigModel):
     fraction: float | None = Field(
         default=None, ge=0, lt=1, description="Share of the run's max_duration or max_requests."
     )
+    amount: float | None = Field(
+        default=None, ge=1, description="Seconds with max_duration, else requests (GuideLLM's bare number)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -183,10 +186,6 @@ class TransientPhaseConfig(ConfigModel):
         if isinstance(value, int | float):
             return {"fraction": value} if value < 1 else {"amount": value}
         return value
-
-    amount: float | None = Field(
-        default=None, ge=1, description="Seconds with max_duration, else requests (GuideLLM's bare number)."
-    )
 
     @model_validator(mode="after")
     def _one_way(self) -> TransientPhaseConfig:
