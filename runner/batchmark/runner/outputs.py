@@ -11,7 +11,14 @@ from typing import Any
 import yaml
 
 from batchmark.runner.htmlreport.render import render_report
-from batchmark.runner.results import RunReport
+from batchmark.runner.results import Distributions, RunReport
+
+_CSV_EXCLUDED: dict[str, Any] = {
+    "timeline": True,
+    "samples": True,
+    "batch_size_histogram": True,
+    "distributions": {name: {"cdf"} for name in Distributions.model_fields},
+}
 
 
 def write_report(report: RunReport, path: Path) -> None:
@@ -50,7 +57,8 @@ def report_csv(report: RunReport) -> str:
             "model": report.engine.model,
             "batch_size": report.config["backend"]["batch_size"],
         }
-        data = benchmark.model_dump(mode="json", exclude={"timeline", "samples"})
+        # One row of scalars: the series kept for charts (timeline, CDF points, batch-size histogram) stay out.
+        data = benchmark.model_dump(mode="json", exclude=_CSV_EXCLUDED)
         row.update(_flatten(data))
         rows.append(row)
     buffer = io.StringIO()
