@@ -315,6 +315,7 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
     stopper = _StopOnSignal(runner)
     stopper.install()
     report: RunReport | None = None
+    stop_now = False
     try:
         try:
             runner.check()
@@ -336,14 +337,18 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
         if stopper.received is not None:
             return 128 + stopper.received
         return 0
+    except KeyboardInterrupt:
+        stop_now = True  # a second Ctrl-C: no push and no linger, just the sockets closed
+        raise
     finally:
         # On success and failure alike: a failed run's push records the failure (and keeps the last good
         # results), and the linger lets Prometheus scrape the final phase and counts.
         gateway: str | None = getattr(args, "pushgateway", None)
-        if gateway:
+        if gateway and not stop_now:
             _push(console, gateway, config.name, report)
         if metrics_server is not None:
-            _linger(console, stopper, getattr(args, "metrics_linger", DEFAULT_LINGER_SECONDS))
+            if not stop_now:
+                _linger(console, stopper, getattr(args, "metrics_linger", DEFAULT_LINGER_SECONDS))
             metrics_server.close()
 
 
