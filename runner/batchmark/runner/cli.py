@@ -296,6 +296,10 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
         return EXIT_USAGE
     observers: list[RunObserver] = [ConsoleObserver(console, show_progress=not args.quiet), *extra_observers]
     runner = BenchmarkRunner(config, observers)
+    # Before anything slow: a SIGTERM that arrives while the metrics server or the engine starts must still
+    # stop the run cleanly instead of killing the process.
+    stopper = _StopOnSignal(runner)
+    stopper.install()
     metrics_server: MetricsServer | None = None
     metrics_port: int | None = getattr(args, "metrics_port", None)
     if metrics_port is not None:
@@ -312,8 +316,6 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
             )
             return EXIT_USAGE
         console.print(f"serving metrics on {metrics_server.url}", highlight=False)
-    stopper = _StopOnSignal(runner)
-    stopper.install()
     report: RunReport | None = None
     stop_now = False
     try:
