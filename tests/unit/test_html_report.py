@@ -9,7 +9,16 @@ import re
 import pytest
 
 from batchmark.runner.htmlreport.charts import Series, line_chart, nice_ticks
-from batchmark.runner.htmlreport.render import compare_rows, comparison_table, difference, render, render_report
+from batchmark.runner.htmlreport.render import (
+    BATCHES_PER_POINT,
+    THROUGHPUT_POINTS,
+    compare_rows,
+    comparison_table,
+    difference,
+    render,
+    render_report,
+    throughput_points,
+)
 from batchmark.runner.results import RunReport
 from batchmark.runner.stats import CDF_LEVELS, Distribution
 from tests.unit.observability_data import simple_report, sweep_report
@@ -104,3 +113,19 @@ def test_results_written_before_cdf_and_histogram_still_load_and_render() -> Non
     old = RunReport.model_validate(data)
     assert old.benchmarks[0].batch_size_histogram == []
     assert "No data to draw." in render_report(old)
+
+
+def test_throughput_bins_keep_every_token_and_span_several_batches() -> None:
+    result = sweep_report().benchmarks[0]
+    timeline = [point for point in result.timeline if point.width > 0]
+    points = throughput_points(result)
+    assert 0 < len(points) <= THROUGHPUT_POINTS
+    bin_width = (points[1][0] - points[0][0]) if len(points) > 1 else None
+    if bin_width is not None:
+        assert bin_width >= BATCHES_PER_POINT * (result.distributions.batch_duration.median or 0) - 1e-9
+    merge = max(1, round((bin_width or timeline[0].width * len(timeline)) / timeline[0].width))
+    tokens = 0.0
+    for index, (_, rate) in enumerate(points):
+        group = timeline[index * merge : (index + 1) * merge]
+        tokens += rate * sum(point.width for point in group)
+    assert tokens == pytest.approx(sum(point.output_tokens for point in timeline))

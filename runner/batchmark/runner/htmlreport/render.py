@@ -7,6 +7,7 @@ JSON, so the file opens offline, from an e-mail or a CI artifact, years later.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,28 @@ def compare_rows(reports: Sequence[tuple[str, RunReport]]) -> list[CompareRow]:
     return rows
 
 
+THROUGHPUT_POINTS = 50
+BATCHES_PER_POINT = 5  # a bin holding n batches reads within about 1/n of the steady rate
+
+
+def throughput_points(benchmark: BenchmarkResult) -> list[tuple[float, float]]:
+    """Output tokens/s over the benchmark, from its timeline merged into wider bins: tokens arrive a batch at a
+    time, so a bin narrower than several batches shows the batching rhythm (spikes and zeros), not the
+    throughput. At most THROUGHPUT_POINTS bins; (bin centre in seconds, tokens/s) pairs."""
+    timeline = [point for point in benchmark.timeline if point.width > 0]
+    if not timeline:
+        return []
+    width = timeline[0].width
+    batch_seconds = benchmark.distributions.batch_duration.median or 0.0
+    merge = max(1, math.ceil(len(timeline) / THROUGHPUT_POINTS), math.ceil(BATCHES_PER_POINT * batch_seconds / width))
+    points = []
+    for first in range(0, len(timeline), merge):
+        group = timeline[first : first + merge]
+        span = sum(point.width for point in group)
+        points.append((group[0].start + span / 2, sum(point.output_tokens for point in group) / span))
+    return points
+
+
 def _series_name(run_label: str, benchmark: BenchmarkResult, report: RunReport, several_runs: bool) -> str:
     if not several_runs:
         return benchmark.strategy
@@ -120,11 +143,7 @@ def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
         for benchmark in report.benchmarks:
             name = _series_name(run_label, benchmark, report, several)
             offset = benchmark.started_at - origin
-            points = [
-                (offset + point.start + point.width / 2, point.output_tokens / point.width)
-                for point in benchmark.timeline
-                if point.width > 0
-            ]
+            points = [(offset + x, y) for x, y in throughput_points(benchmark)]
             if several:
                 run_points.extend(points)
             else:
