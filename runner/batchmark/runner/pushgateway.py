@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
-from prometheus_client.exposition import default_handler
 
 from batchmark.runner import __version__
 from batchmark.runner.results import RunReport
@@ -130,18 +129,14 @@ def push_results(
     """Push with retries and exponential back-off (1, 2, 4 s by default); gives up with the last error."""
     registry = results_registry(name, report)
 
-    def handler(
-        url: str, method: str, timeout: float | None, headers: list[tuple[str, str]], data: bytes
-    ) -> Callable[[], None]:
-        # prometheus-client waits forever by default; a gateway that hangs must not hold the pod.
-        return default_handler(url, method, request_timeout, headers, data)
-
     error = ""
     delays: list[float] = []
     for attempt in range(1, attempts + 1):
         try:
-            pushadd_to_gateway(gateway, job=JOB, grouping_key={"benchmark": name}, registry=registry, handler=handler)
-        except Exception as failure:
+            pushadd_to_gateway(
+                gateway, job=JOB, grouping_key={"benchmark": name}, registry=registry, timeout=request_timeout
+            )
+        except Exception as failure:  # any failure (refused, DNS, HTTP 4xx/5xx, a bad URL) is reported, never raised
             error = f"{type(failure).__name__}: {failure}"
             if attempt < attempts:
                 delay = first_delay * 2 ** (attempt - 1)
