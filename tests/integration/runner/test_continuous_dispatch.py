@@ -119,3 +119,15 @@ def test_continuous_run_fails_a_too_long_prompt_alone(tmp_path: Path) -> None:
     assert errors
     assert all("maximum model length" in error for error in errors)
     assert all(sample["prompt_tokens"] <= 100 for sample in result["samples"] if sample["error"] is None)
+
+
+def test_step_api_aborts_requests_by_id() -> None:
+    engine = SimulatedLLM(model="m", time_scale=0.0).llm_engine
+    engine.add_request("keep", TokensPrompt(prompt_token_ids=[1] * 8), pinned(4))
+    engine.add_request("drop", TokensPrompt(prompt_token_ids=[2] * 8), pinned(4))
+    engine.step()
+    engine.abort_request(["drop", "unknown"])
+    outputs = []
+    while engine.has_unfinished_requests():
+        outputs.extend(engine.step())
+    assert [output.request_id for output in outputs] == ["keep"]

@@ -1,4 +1,8 @@
-"""The engine's own process: requests in, one micro-batch at a time through the engine, results out.
+"""The engine's own process: requests in, through the engine, results out.
+
+Two dispatch modes (``backend.dispatch``): ``batch``, the seed's micro-batches through ``generate()`` one at a
+time; ``continuous`` (backend/continuous.py), requests added to the engine's scheduler while it runs. Either way
+one thread owns the engine (vLLM's ``LLM`` is not thread-safe) and a receiver thread queues what arrives.
 
 Both directions carry lists, so one pipe message moves a whole batch: the dispatcher's cost per request
 stays a few microseconds however fast the engine is.

@@ -351,6 +351,12 @@ class SimulatedLLMEngine:
     def has_unfinished_requests(self) -> bool:
         return bool(self._waiting or self._running)
 
+    def abort_request(self, request_ids: list[str], internal: bool = False) -> None:
+        """Drop requests by id, as vLLM's ``abort_request`` does; unknown ids are ignored."""
+        dropped = set(request_ids)
+        self._waiting = deque(seq for seq in self._waiting if seq.request_id not in dropped)
+        self._running = [seq for seq in self._running if seq.request_id not in dropped]
+
     def get_num_unfinished_requests(self) -> int:
         return len(self._waiting) + len(self._running)
 
