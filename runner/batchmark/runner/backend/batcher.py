@@ -21,17 +21,14 @@ class Batch(Generic[Item]):
     full: bool
 
 
-class MicroBatcher(Generic[Item]):
-    """A queue that hands out batches of at most ``batch_size``.
+class RequestQueue(Generic[Item]):
+    """Requests waiting in the worker, stamped with their arrival, and whether the engine is busy with some.
 
-    A batch is ready when ``batch_size`` requests wait, or when the oldest waiting request arrived
-    ``batch_timeout`` seconds ago. Requests that arrive while the engine is busy wait for the next batch,
-    so a batch taken after a long ``generate`` goes at once if its oldest request already timed out.
+    The receiver thread puts, drains and closes; the engine thread takes (in a subclass's way) and reports
+    ``task_done`` when what it took has finished.
     """
 
-    def __init__(self, batch_size: int, batch_timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.batch_size = batch_size
-        self.batch_timeout = batch_timeout
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._queue: deque[tuple[float, Item]] = deque()
         self._closed = False
@@ -41,12 +38,11 @@ class MicroBatcher(Generic[Item]):
     def put(self, items: Iterable[Item]) -> None:
         with self._condition:
             now = self._clock()
-            for item in items:
-                self._queue.append((now, item))
-            self._condition.notify()
+            self._queue.extend((now, item) for item in items)
+            self._condition.notify_all()
 
     def close(self) -> list[Item]:
-        """Stop handing out batches; returns what was still waiting."""
+        """Stop handing out work; returns what was still waiting."""
         with self._condition:
             self._closed = True
             dropped = [item for _, item in self._queue]
@@ -55,22 +51,36 @@ class MicroBatcher(Generic[Item]):
             return dropped
 
     def drain(self) -> list[Item]:
-        """Drop what waits, then block until the batch in progress (if any) is done; returns the dropped."""
+        """Drop what waits, then block until the work in progress (if any) is done; returns the dropped."""
         with self._condition:
             dropped = [item for _, item in self._queue]
             self._queue.clear()
-            while self._busy:
+            while self._busy and not self._closed:
                 self._condition.wait()
             return dropped
 
     def task_done(self) -> None:
-        """The batch last handed out has finished."""
+        """The work last handed out has finished."""
         with self._condition:
             self._busy = False
             self._condition.notify_all()
 
     def __len__(self) -> int:
         return len(self._queue)
+
+
+class MicroBatcher(RequestQueue[Item]):
+    """A queue that hands out batches of at most ``batch_size``.
+
+    A batch is ready when ``batch_size`` requests wait, or when the oldest waiting request arrived
+    ``batch_timeout`` seconds ago. Requests that arrive while the engine is busy wait for the next batch,
+    so a batch taken after a long ``generate`` goes at once if its oldest request already timed out.
+    """
+
+    def __init__(self, batch_size: int, batch_timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(clock)
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
 
     def ready_at(self) -> float | None:
         """When the next batch is due by the rules, or None with nothing waiting."""

@@ -13,51 +13,13 @@ from __future__ import annotations
 import multiprocessing.connection
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable
 
+from batchmark.runner.backend.batcher import RequestQueue
 from batchmark.runner.engines.base import Completion, ContinuousEngine, WorkItem
 
 
-class AdmissionQueue:
-    """Requests waiting for a seat in the engine; the same put/close/drain/task_done surface as MicroBatcher."""
-
-    def __init__(self) -> None:
-        self._queue: deque[WorkItem] = deque()
-        self._closed = False
-        self._busy = False
-        self._condition = threading.Condition()
-
-    def put(self, items: Iterable[WorkItem]) -> None:
-        with self._condition:
-            self._queue.extend(items)
-            self._condition.notify_all()
-
-    def close(self) -> list[WorkItem]:
-        with self._condition:
-            self._closed = True
-            dropped = list(self._queue)
-            self._queue.clear()
-            self._condition.notify_all()
-            return dropped
-
-    def drain(self) -> list[WorkItem]:
-        """Drop what waits, then block until the engine has nothing in flight."""
-        with self._condition:
-            dropped = list(self._queue)
-            self._queue.clear()
-            while self._busy and not self._closed:
-                self._condition.wait()
-            return dropped
-
-    def task_done(self) -> None:
-        """The engine has nothing in flight any more."""
-        with self._condition:
-            self._busy = False
-            self._condition.notify_all()
-
-    def __len__(self) -> int:
-        return len(self._queue)
+class AdmissionQueue(RequestQueue[WorkItem]):
+    """Requests waiting for a seat in the engine; busy while the engine has any in flight."""
 
     def take(self, limit: int, block: bool) -> list[WorkItem] | None:
         """Up to ``limit`` waiting requests; with ``block``, wait for at least one. None once closed."""
@@ -66,7 +28,7 @@ class AdmissionQueue:
                 self._condition.wait()
             if self._closed:
                 return None
-            taken = [self._queue.popleft() for _ in range(min(limit, len(self._queue)))]
+            taken = [self._queue.popleft()[1] for _ in range(min(limit, len(self._queue)))]
             if taken:
                 self._busy = True
             return taken

@@ -19,12 +19,11 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, cast
 
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
-from batchmark.runner.backend.batcher import MicroBatcher
+from batchmark.runner.backend.batcher import MicroBatcher, RequestQueue
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
@@ -159,7 +158,7 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
         conn.close()
         return
     conn.send(("ready", engine.info, backend.load_seconds))
-    queue: _Queue
+    queue: RequestQueue[WorkItem]
     if config.dispatch == "continuous":
         queue = AdmissionQueue()
     else:
@@ -182,17 +181,9 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
         conn.close()
 
 
-class _Queue(Protocol):
-    """What the receiver thread needs: MicroBatcher (batch dispatch) or AdmissionQueue (continuous)."""
-
-    def put(self, items: Iterable[WorkItem]) -> None: ...
-
-    def close(self) -> list[WorkItem]: ...
-
-    def drain(self) -> list[WorkItem]: ...
-
-
-def _receive_requests(conn: multiprocessing.connection.Connection, batcher: _Queue, send_lock: threading.Lock) -> None:
+def _receive_requests(
+    conn: multiprocessing.connection.Connection, batcher: RequestQueue[WorkItem], send_lock: threading.Lock
+) -> None:
     while True:
         try:
             message = conn.recv()
