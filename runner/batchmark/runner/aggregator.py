@@ -188,11 +188,8 @@ class Aggregator:
         output_tokens: list[int] = []
         completed = errored = produced = 0
         size = len(report.completions)
-        # Continuous dispatch says when each request entered the engine, and has no batch to wait for.
-        dispatched = report.dispatched or [report.started_at] * size
-        continuous = report.dispatched is not None
         for completion, enqueued_at, measured, entered in zip(
-            report.completions, event.enqueued, event.measured, dispatched, strict=True
+            report.completions, event.enqueued, event.measured, report.dispatch_times(), strict=True
         ):
             if enqueued_at is None:
                 continue  # a late report of a request from an earlier benchmark of a sweep
@@ -207,7 +204,7 @@ class Aggregator:
             produced += completion.output_tokens
             latency.append(finished - enqueued_at)
             queue_wait.append(entered - enqueued_at)
-            batch_wait.append(0.0 if continuous else max(0.0, report.closed_at - enqueued_at))
+            batch_wait.append(report.batch_wait(enqueued_at))
             prompt_tokens.append(completion.prompt_tokens)
             output_tokens.append(completion.output_tokens)
             timings = completion.timings
@@ -234,9 +231,11 @@ class Aggregator:
         values["time_per_output_token"].extend(tpot)
         values["prompt_tokens"].extend(prompt_tokens)
         values["output_tokens"].extend(output_tokens)
-        values["batch_duration"].add(report.finished_at - report.started_at)
-        values["batch_size"].add(size)
-        self.batch_sizes[size] += 1
+        batch_size = report.effective_batch_size
+        if batch_size > 0:
+            values["batch_duration"].add(report.finished_at - report.started_at)
+            values["batch_size"].add(batch_size)
+            self.batch_sizes[batch_size] += 1
 
     def _settle_busy(self, until: float) -> None:
         start = self.measure_start if self.measure_start is not None else self.start

@@ -153,7 +153,9 @@ class MetricsObserver(RunObserver):
     def on_batch(self, event: BatchEvent) -> None:
         report = event.report
         succeeded = failed = prompt_tokens = output_tokens = 0
-        for completion, enqueued_at, measured in zip(report.completions, event.enqueued, event.measured, strict=True):
+        for completion, enqueued_at, measured, dispatched_at in zip(
+            report.completions, event.enqueued, event.measured, report.dispatch_times(), strict=True
+        ):
             if enqueued_at is None or not measured:
                 continue  # the aggregator leaves these out of the report; so do the series
             if completion.error is not None:
@@ -163,8 +165,8 @@ class MetricsObserver(RunObserver):
             prompt_tokens += completion.prompt_tokens
             output_tokens += completion.output_tokens
             self._latency.observe(report.finished_at - enqueued_at)
-            self._queue_wait.observe(report.started_at - enqueued_at)
-            self._batch_wait.observe(max(0.0, report.closed_at - enqueued_at))
+            self._queue_wait.observe(dispatched_at - enqueued_at)
+            self._batch_wait.observe(report.batch_wait(enqueued_at))
         # Counters move once per batch, by the batch's sums: a scrape never sees half a batch counted, and the
         # dispatcher pays one locked increment per series and batch rather than per request.
         if succeeded:
@@ -173,9 +175,9 @@ class MetricsObserver(RunObserver):
             self._output_tokens.inc(output_tokens)
         if failed:
             self._requests["error"].inc(failed)
-        if succeeded or failed:
+        if (succeeded or failed) and report.effective_batch_size > 0:
             self._batch_duration.observe(report.finished_at - report.started_at)
-            self._batch_size.observe(len(report.completions))
+            self._batch_size.observe(report.effective_batch_size)
         self._queued.set(report.queue_depth)
 
     def on_progress(self, progress: Progress) -> None:

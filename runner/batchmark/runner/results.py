@@ -33,8 +33,12 @@ class Distributions(ResultModel):
     batch_wait: DistributionSummary = Field(
         description="Enqueue until the request's batch was complete (filled or timed out), seconds."
     )
-    batch_duration: DistributionSummary = Field(description="One generate() call, seconds (per batch).")
-    batch_size: DistributionSummary = Field(description="Effective batch size (per batch).")
+    batch_duration: DistributionSummary = Field(
+        description="One generate() call (batch dispatch) or the engine steps one report covers (continuous), seconds."
+    )
+    batch_size: DistributionSummary = Field(
+        description="Effective batch size: requests per generate() call, or running in the engine's step (continuous)."
+    )
     time_to_first_token: DistributionSummary = Field(
         description="Enqueue to first token, seconds, from the engine's own timings where it gives them."
     )

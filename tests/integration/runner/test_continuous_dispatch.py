@@ -100,6 +100,9 @@ def test_continuous_run_keeps_the_engine_busy_and_caps_in_flight_by_batch_size(t
         in_flight += change
         peak = max(peak, in_flight)
     assert peak <= 16
+    # The effective batch is what the engine runs per step: held at the cap while requests wait.
+    assert result["distributions"]["batch_size"]["max"] == 16
+    assert result["distributions"]["batch_size"]["median"] == 16
 
 
 def test_continuous_run_fails_a_too_long_prompt_alone(tmp_path: Path) -> None:

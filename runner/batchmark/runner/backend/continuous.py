@@ -49,7 +49,7 @@ def dispatch_continuously(
     dispatched: dict[int, float] = {}  # request id -> when it entered the engine
     period_start: float | None = None  # start of the busy time the next report covers
 
-    def send(completions: list[Completion], now: float, began: float) -> None:
+    def send(completions: list[Completion], now: float, began: float, running: int) -> None:
         nonlocal report_id
         report = BatchReport(
             batch_id=report_id,
@@ -60,6 +60,7 @@ def dispatch_continuously(
             completions=completions,
             queue_depth=len(queue),
             dispatched=[dispatched.pop(c.request_id, began) for c in completions],
+            engine_batch=running,
         )
         with send_lock:
             conn.send(("batch", report))
@@ -83,10 +84,11 @@ def dispatch_continuously(
             # Only rejected requests (or nothing): report them, the engine stays idle.
             if rejected and period_start is not None:
                 now = time.monotonic()
-                send(rejected, now, period_start)
+                send(rejected, now, period_start, running=0)
             period_start = None
             queue.task_done()
             continue
+        running = engine.in_flight()
         try:
             finished = engine.step()
         except Exception as error:  # the engine itself broke: everything in flight failed
@@ -97,7 +99,7 @@ def dispatch_continuously(
         now = time.monotonic()
         if finished:
             assert period_start is not None
-            send(finished, now, period_start)
+            send(finished, now, period_start, running)
             period_start = now if engine.in_flight() else None
         if engine.in_flight() == 0:
             queue.task_done()

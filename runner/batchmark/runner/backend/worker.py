@@ -45,6 +45,21 @@ class BatchReport(NamedTuple):
     # Continuous dispatch only: when each completion's request entered the engine (None: at started_at). There
     # a report is the requests one engine step finished, and covers the busy time since the previous report.
     dispatched: list[float] | None = None
+    # Continuous dispatch only: requests the engine was running in the step that produced the report, i.e. its
+    # effective batch size (0: no step ran, the report only carries requests the engine refused).
+    engine_batch: int | None = None
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.engine_batch if self.engine_batch is not None else len(self.completions)
+
+    def dispatch_times(self) -> list[float]:
+        """When each completion's request entered the engine."""
+        return self.dispatched if self.dispatched is not None else [self.started_at] * len(self.completions)
+
+    def batch_wait(self, enqueued_at: float) -> float:
+        """Time a request waited for its batch to be complete; continuous dispatch has no batch to wait for."""
+        return 0.0 if self.dispatched is not None else max(0.0, self.closed_at - enqueued_at)
 
 
 @dataclass
