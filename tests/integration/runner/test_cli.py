@@ -353,3 +353,24 @@ def test_a_signal_stops_cleanly_and_keeps_the_results(tmp_path: Path, signum: in
     assert benchmark["interrupted"] is True
     assert benchmark["stop_reason"] == f"interrupted by {signal.Signals(signum).name}"
     assert benchmark["requests"]["completed"] > 0
+
+
+def test_warmup_seconds_are_left_out_of_the_window(tmp_path: Path) -> None:
+    output = tmp_path / "out.json"
+    result = run(
+        "--backend",
+        "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=64,output_tokens=16",
+        "--profile",
+        "kind=constant,rate=20,warmup.seconds=1",
+        "--constraint",
+        "kind=max_duration,seconds=3",
+        "--output",
+        str(output),
+    )
+    assert result.returncode == 0, result.stderr
+    [benchmark] = load(output)["benchmarks"]
+    assert benchmark["measured_duration"] == pytest.approx(2.0, abs=0.01)
+    assert benchmark["requests"]["excluded"] >= 15
+    assert benchmark["throughput"]["requests_per_second"] == pytest.approx(20, rel=0.15)
