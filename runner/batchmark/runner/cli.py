@@ -333,7 +333,11 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
             return EXIT_FAILED
         finally:
             runner.close()
-        print_summary(Console(), report)
+        # Off a terminal rich assumes 80 columns and truncates the tables' cells; files and pipes get room.
+        summary_console = Console()
+        if not summary_console.is_terminal and "COLUMNS" not in os.environ:
+            summary_console = Console(width=140)
+        print_summary(summary_console, report)
         for output in config.outputs:
             console.print(f"wrote {output}")
         if stopper.received is not None:
