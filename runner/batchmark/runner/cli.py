@@ -23,7 +23,7 @@ from batchmark.runner import __version__
 from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import WorkerFailed
 from batchmark.runner.benchmark import BenchmarkRunner
-from batchmark.runner.config import RunConfig
+from batchmark.runner.config import UNION_TAGS, RunConfig
 from batchmark.runner.console import ConsoleObserver, print_summary
 from batchmark.runner.engines.factory import EngineUnavailable
 from batchmark.runner.events import RunObserver
@@ -247,21 +247,7 @@ def describe_validation_error(error: ValidationError) -> str:
 
 
 def _is_union_tag(part: str) -> bool:
-    return part in {
-        "vllm_python_batch",
-        "synthetic_text",
-        "synchronous",
-        "concurrent",
-        "throughput",
-        "constant",
-        "poisson",
-        "sweep",
-        "max_requests",
-        "max_duration",
-        "min_requests",
-        "max_errors",
-        "max_error_rate",
-    }
+    return part in UNION_TAGS
 
 
 class _StopOnSignal:

@@ -7,7 +7,7 @@ Kubernetes resources use. Unknown keys are errors.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -370,3 +370,12 @@ class RunConfig(ConfigModel):
 
 
 OUTPUT_EXTENSIONS = (".json", ".yaml", ".yml", ".csv", ".html")
+
+
+def _tags(union: Any) -> frozenset[str]:
+    members = get_args(get_args(union)[0])  # Annotated[A | B | ..., discriminator] -> (A, B, ...)
+    return frozenset(get_args(member.model_fields["kind"].annotation)[0] for member in members)
+
+
+# The kinds of the tagged unions: pydantic names a member by its tag in the locations of validation errors.
+UNION_TAGS = _tags(ProfileConfig) | _tags(ConstraintConfig)
