@@ -50,6 +50,7 @@ class BenchmarkRunner:
         self.created_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         self._data = SyntheticText(config.data)
         self.next_request_id = 0  # unique across a sweep's benchmarks, so late reports are recognised
+        self.worker_cpu = 0.0  # the worker's harness CPU seconds, as its latest report said
         self._worker: EngineWorker | None = None
         self._ready: WorkerReady | None = None
 
@@ -164,7 +165,9 @@ class _Execution:
         start = time.monotonic()
         started_wall = time.time()
         first_id = self.runner.next_request_id
-        aggregator = Aggregator(start, started_wall, first_id, self.window, self.runner.config.sample_requests)
+        aggregator = Aggregator(
+            start, started_wall, first_id, self.window, self.runner.config.sample_requests, self.runner.worker_cpu
+        )
         deadline = start + self.max_seconds if self.max_seconds is not None else math.inf
         limit = self.strategy.max_concurrency or math.inf
         offsets = self.strategy.arrival_offsets()
@@ -226,6 +229,7 @@ class _Execution:
                 self.errors_total += failed
                 self.recent_outcomes.append(failed)
         self.queued = report.queue_depth
+        self.runner.worker_cpu = max(self.runner.worker_cpu, report.harness_cpu)
         event = BatchEvent(report=report, enqueued=enqueued, measured=measured)
         aggregator.on_batch(event)
         self.observers.on_batch(event)

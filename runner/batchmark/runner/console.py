@@ -70,7 +70,7 @@ class ConsoleObserver(events.RunObserver):
 
 
 def summary_tables(report: RunReport) -> list[Table]:
-    """Throughput and latency as two narrow tables, one row per benchmark, so they fit 80 columns."""
+    """Throughput, latency and the harness's cost as narrow tables, one row per benchmark, so they fit 80 columns."""
     title = f"batchmark {report.name}: {report.engine.model} on {report.engine.kind}"
     if report.engine.simulated:
         title += " (SIMULATED)"
@@ -78,9 +78,15 @@ def summary_tables(report: RunReport) -> list[Table]:
         title += " (INCOMPLETE)"
     throughput = Table(title=title, title_justify="left")
     latency = Table(title="latency, seconds (TTFT and TPOT from the engine's timings)", title_justify="left")
+    harness = Table(
+        title="engine steps and the harness's own cost (overhead: seconds per batch the engine waited for it)",
+        title_justify="left",
+    )
+    for column in ("benchmark", "steps", "steps/1k req", "overhead mean", "overhead p99", "harness CPU s/req"):
+        harness.add_column(column, justify="left" if column == "benchmark" else "right")
     for column in ("benchmark", "stop", "ok/err/incompl", "req/s", "out tok/s", "total tok/s", "batch", "util"):
         throughput.add_column(column, justify="left" if column in ("benchmark", "stop") else "right")
-    for column in ("benchmark", "lat p50", "lat p99", "queue p50", "TTFT p50", "TPOT p50", "batch dur"):
+    for column in ("benchmark", "lat p50", "lat p99", "queue p50", "TTFT p50", "TPOT p50", "batch dur", "overhead p50"):
         latency.add_column(column, justify="left" if column == "benchmark" else "right")
     for result in report.benchmarks:
         dist = result.distributions
@@ -103,8 +109,17 @@ def summary_tables(report: RunReport) -> list[Table]:
             _number(dist.time_to_first_token.median),
             _number(dist.time_per_output_token.median),
             _number(dist.batch_duration.median),
+            _number(dist.dispatch_overhead.median),
         )
-    return [throughput, latency]
+        harness.add_row(
+            result.strategy,
+            str(result.engine_steps),
+            _number(result.engine_steps_per_1000_requests),
+            _number(dist.dispatch_overhead.mean),
+            _number(dist.dispatch_overhead.p99),
+            _number(result.harness_cpu_per_request),
+        )
+    return [throughput, latency, harness]
 
 
 def print_summary(console: Console, report: RunReport) -> None:

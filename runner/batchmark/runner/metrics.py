@@ -48,6 +48,24 @@ SECONDS_BUCKETS: Final[tuple[float, ...]] = (
     1800.0,
     3600.0,
 )
+# The harness's own time per batch: tens of microseconds when all is well, milliseconds when it is not.
+OVERHEAD_BUCKETS: Final[tuple[float, ...]] = (
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
 DEFAULT_LINGER_SECONDS: Final = 15.0  # Prometheus' default scrape interval: the last values get scraped once
 
 
@@ -107,6 +125,20 @@ class MetricsObserver(RunObserver):
         ).labels(**labels)
         self._batch_duration = histogram(
             "batchmark_batch_duration_seconds", "One generate() call of a measured micro-batch.", SECONDS_BUCKETS
+        ).labels(**labels)
+        self._dispatch_overhead = histogram(
+            "batchmark_dispatch_overhead_seconds",
+            "The harness's own time per measured batch (per report in continuous dispatch), outside the engine's "
+            "calls: the engine waits for all of it.",
+            OVERHEAD_BUCKETS,
+        ).labels(**labels)
+        self._engine_busy = counter(
+            "batchmark_engine_busy_seconds",
+            "Seconds inside the engine's own calls (generate() or step()) for measured batches; its rate is the "
+            "engine utilisation.",
+        ).labels(**labels)
+        self._engine_steps = counter(
+            "batchmark_engine_steps", "Engine steps (scheduler iterations) of measured batches."
         ).labels(**labels)
         self._batch_size = histogram(
             "batchmark_effective_batch_size",
@@ -175,7 +207,11 @@ class MetricsObserver(RunObserver):
             self._output_tokens.inc(output_tokens)
         if failed:
             self._requests["error"].inc(failed)
+        if succeeded or failed:
+            self._engine_busy.inc(report.engine_busy)
+            self._engine_steps.inc(report.steps)
         if (succeeded or failed) and report.effective_batch_size > 0:
+            self._dispatch_overhead.observe(report.overhead_seconds)
             self._batch_duration.observe(report.finished_at - report.started_at)
             self._batch_size.observe(report.effective_batch_size)
         self._queued.set(report.queue_depth)

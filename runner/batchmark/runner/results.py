@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from batchmark.runner.stats import DistributionSummary
+from batchmark.runner.stats import Distribution, DistributionSummary
 
 
 class ResultModel(BaseModel):
@@ -35,6 +35,12 @@ class Distributions(ResultModel):
     )
     batch_duration: DistributionSummary = Field(
         description="One generate() call (batch dispatch) or the engine steps one report covers (continuous), seconds."
+    )
+    dispatch_overhead: DistributionSummary = Field(
+        default_factory=lambda: Distribution().summary(),
+        description="The harness's own seconds per batch (per report in continuous dispatch), during which the "
+        "engine had nothing to do: the dispatching thread's time outside the engine's calls — matching outputs to "
+        "requests, bookkeeping, sending the previous report (prompts are built as requests arrive, elsewhere).",
     )
     batch_size: DistributionSummary = Field(
         description="Effective batch size: requests per generate() call, or running in the engine's step (continuous)."
@@ -89,7 +95,28 @@ class BenchmarkResult(ResultModel):
     tokens: dict[str, int] = Field(description="Totals of prompt and output tokens over measured requests.")
     throughput: Throughput = Field(description="Rates over the measured window.")
     engine_utilization: float = Field(
-        description="Share of the measured window the engine spent inside generate(); 1.0 = never idle."
+        description="Share of the measured window spent inside the engine's own calls — generate() in batch "
+        "dispatch, step() in continuous dispatch — timed around each call by the thread that makes it; 1.0 = the "
+        "engine never waited. The harness's time between calls (distributions.dispatch_overhead) is not counted."
+    )
+    engine_steps: int = Field(
+        default=0,
+        description="Engine steps (scheduler iterations) of the measured batches; 0 where the engine does not say.",
+    )
+    engine_steps_per_1000_requests: float | None = Field(
+        default=None,
+        description="Engine steps per 1,000 measured requests: batching efficiency independent of the machine's "
+        "speed (fewer steps for the same requests = fuller batches); null without step counts.",
+    )
+    harness_cpu_seconds: float | None = Field(
+        default=None,
+        description="CPU seconds of the runner's own work during the benchmark: the main process, and the engine "
+        "worker's own threads outside the engine's calls. The engine's CPU (its calls, its threads, its processes "
+        "in vLLM's default multiprocessing mode) is not counted.",
+    )
+    harness_cpu_per_request: float | None = Field(
+        default=None,
+        description="harness_cpu_seconds per request finished in the benchmark (warm-up and cool-down included).",
     )
     batches: int = Field(description="Micro-batches dispatched in the measured window.")
     batch_size_histogram: list[tuple[int, int]] = Field(

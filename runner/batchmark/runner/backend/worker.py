@@ -27,7 +27,15 @@ from batchmark.runner.backend.batcher import MicroBatcher, RequestQueue
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
-from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
+from batchmark.runner.engines.base import (
+    NO_TIMINGS,
+    Completion,
+    ContinuousEngine,
+    Engine,
+    EngineClock,
+    EngineInfo,
+    WorkItem,
+)
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
 
@@ -38,8 +46,8 @@ class BatchReport(NamedTuple):
     batch_id: int
     full: bool
     closed_at: float  # when the batch was complete: filled, or its timeout passed
-    started_at: float  # generate() began
-    finished_at: float  # generate() returned
+    started_at: float  # the dispatcher took the batch and called the engine (its prompts were already built)
+    finished_at: float  # its completions were ready
     completions: list[Completion]
     queue_depth: int  # requests waiting in the worker when the batch finished
     # Continuous dispatch only: when each completion's request entered the engine (None: at started_at). There
@@ -48,10 +56,26 @@ class BatchReport(NamedTuple):
     # Continuous dispatch only: requests the engine was running in the step that produced the report, i.e. its
     # effective batch size (0: no step ran, the report only carries requests the engine refused).
     engine_batch: int | None = None
+    # Seconds inside the engine's own calls (generate(), or the step() calls the report covers); None: the
+    # whole span from started_at to finished_at.
+    engine_seconds: float | None = None
+    # The dispatching thread's own seconds for this report outside the engine's calls: matching outputs,
+    # bookkeeping, sending the previous report. The engine is idle for all of it.
+    overhead_seconds: float = 0.0
+    steps: int = 0  # engine steps the report covers
+    # CPU seconds the worker's own threads have spent since the engine was ready, excluding the engine's calls.
+    harness_cpu: float = 0.0
 
     @property
     def effective_batch_size(self) -> int:
         return self.engine_batch if self.engine_batch is not None else len(self.completions)
+
+    @property
+    def engine_busy(self) -> float:
+        """Seconds the engine worked for this report."""
+        if self.engine_seconds is None:
+            return self.finished_at - self.started_at
+        return self.engine_seconds
 
     def dispatch_times(self) -> list[float]:
         """When each completion's request entered the engine."""
@@ -180,15 +204,16 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
         queue = MicroBatcher(config.batch_size, config.batch_timeout)
     send_lock = threading.Lock()
     receiver = threading.Thread(
-        target=_receive_requests, args=(conn, queue, send_lock), name="batchmark-receiver", daemon=True
+        target=_receive_requests, args=(conn, queue, send_lock, engine), name="batchmark-receiver", daemon=True
     )
     receiver.start()
+    usage = HarnessUsage(engine.clock, [receiver])
     try:
         # vLLM's LLM is not thread-safe: this thread alone calls the engine, in either mode.
         if isinstance(queue, AdmissionQueue):
-            dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size)
+            dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size, usage)
         else:
-            _dispatch_batches(conn, backend, queue, send_lock)
+            _dispatch_batches(conn, engine, queue, send_lock, usage)
     except Exception:
         with send_lock:
             conn.send(("crashed", traceback.format_exc()))
@@ -196,8 +221,33 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
         conn.close()
 
 
+class HarnessUsage:
+    """CPU seconds of the worker's own threads since the engine was ready, the engine's calls excluded.
+
+    The dispatching thread (this one) counts its CPU outside the engine's calls; the helper threads (the
+    receiver) count whole. vLLM's own threads and processes (its engine core in the default multiprocessing
+    mode, its output threads) are never counted: they are the engine's.
+    """
+
+    def __init__(self, clock: EngineClock, helpers: list[threading.Thread]) -> None:
+        self._clock = clock
+        self._helper_clocks = [time.pthread_getcpuclockid(thread.ident) for thread in helpers if thread.ident]
+        self._baseline = 0.0
+        self._baseline = self.cpu_seconds()
+
+    def cpu_seconds(self) -> float:
+        helpers = 0.0
+        for clock_id in self._helper_clocks:
+            with contextlib.suppress(OSError):  # a helper that ended keeps its last reading out
+                helpers += time.clock_gettime(clock_id)
+        return time.thread_time() - self._clock.cpu_seconds + helpers - self._baseline
+
+
 def _receive_requests(
-    conn: multiprocessing.connection.Connection, batcher: RequestQueue[WorkItem], send_lock: threading.Lock
+    conn: multiprocessing.connection.Connection,
+    batcher: RequestQueue[WorkItem],
+    send_lock: threading.Lock,
+    engine: Engine,
 ) -> None:
     while True:
         try:
@@ -208,7 +258,9 @@ def _receive_requests(
         kind = message[0]
         if kind == "submit":
             now = time.monotonic()
-            batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message[1])
+            # Prompts are built here, as requests arrive, so the engine thread goes from one engine call to the
+            # next without building any.
+            batcher.put([engine.prepare(WorkItem(spec, enqueued_at, now)) for spec, enqueued_at in message[1]])
         elif kind == "drain":
             batcher.drain()
             with send_lock:
@@ -220,21 +272,39 @@ def _receive_requests(
 
 def _dispatch_batches(
     conn: multiprocessing.connection.Connection,
-    backend: VllmPythonBatchBackend,
+    engine: Engine,
     batcher: MicroBatcher[WorkItem],
     send_lock: threading.Lock,
+    usage: HarnessUsage,
 ) -> None:
+    clock = engine.clock
     batch_id = 0
+    carried = 0.0  # harness time spent after the previous report was made (sending it): counted in the next
     while (batch := batcher.next_batch()) is not None:
         started = time.monotonic()
+        engine_before, steps_before = clock.seconds, clock.steps()
         try:
-            completions = backend.run_batch(batch.items)
+            completions = engine.run_batch(batch.items)
         except Exception as error:  # the engine itself broke: every request of the batch failed
             message = f"engine error: {type(error).__name__}: {error}"
             completions = [Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS) for item in batch.items]
         finished = time.monotonic()
-        report = BatchReport(batch_id, batch.full, batch.closed_at, started, finished, completions, len(batcher))
+        engine_seconds = clock.seconds - engine_before
+        report = BatchReport(
+            batch_id,
+            batch.full,
+            batch.closed_at,
+            started,
+            finished,
+            completions,
+            len(batcher),
+            engine_seconds=engine_seconds,
+            overhead_seconds=max(0.0, finished - started - engine_seconds) + carried,
+            steps=clock.steps() - steps_before,
+            harness_cpu=usage.cpu_seconds(),
+        )
         with send_lock:
             conn.send(("batch", report))
         batcher.task_done()
+        carried = time.monotonic() - finished
         batch_id += 1

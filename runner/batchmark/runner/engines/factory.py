@@ -115,4 +115,4 @@ def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
             "time_scale": simulation.time_scale,
         },
     )
-    return GenerateEngine(llm, prompts, _pinned_length, info)
+    return GenerateEngine(llm, prompts, _pinned_length, info, steps=lambda: llm.steps)

@@ -74,7 +74,30 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
             "engine_stats": not args["disable_log_stats"],
         },
     )
-    return GenerateEngine(llm, prompts, sampling_params, info)
+    return GenerateEngine(llm, prompts, sampling_params, info, steps=StepCounter(llm.llm_engine))
+
+
+class StepCounter:
+    """Counts the engine's steps as ``LLM.generate`` (and continuous dispatch) run them.
+
+    ``generate()`` loops over ``llm_engine.step()`` inside one call, so batch dispatch sees no step of its own;
+    the instance's ``step`` is wrapped to count them. One frontend step returns one engine-core step's outputs
+    whether the core runs in this process or in its own (vLLM's default), so the count is the same either way.
+    """
+
+    def __init__(self, llm_engine: Any) -> None:
+        self.count = 0
+        step = llm_engine.step
+
+        def counted_step(*args: Any, **kwargs: Any) -> Any:
+            outputs = step(*args, **kwargs)
+            self.count += 1
+            return outputs
+
+        llm_engine.step = counted_step
+
+    def __call__(self) -> int:
+        return self.count
 
 
 def special_token_ids(tokenizer: Any) -> set[int]:
