@@ -14,13 +14,11 @@ from __future__ import annotations
 import multiprocessing.connection
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from batchmark.runner.backend.batcher import RequestQueue
+from batchmark.runner.backend.harness_usage import HarnessUsage
+from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.engines.base import Completion, ContinuousEngine, WorkItem
-
-if TYPE_CHECKING:
-    from batchmark.runner.backend.worker import HarnessUsage
 
 
 class AdmissionQueue(RequestQueue[WorkItem]):
@@ -48,9 +46,6 @@ def dispatch_continuously(
     usage: HarnessUsage | None = None,
 ) -> None:
     """The engine thread: add waiting requests while seats are free, step, report what finished."""
-    # Imported here: worker imports this module, and BatchReport lives there.
-    from batchmark.runner.backend.worker import BatchReport  # noqa: PLC0415
-
     clock = engine.clock
     report_id = 0
     dispatched: dict[int, float] = {}  # request id -> when it entered the engine
@@ -77,7 +72,7 @@ def dispatch_continuously(
             harness_cpu=usage.cpu_seconds() if usage is not None else 0.0,
         )
         with send_lock:
-            conn.send(("batch", report))
+            conn.send(report)
         report_id += 1
 
     while True:

@@ -20,11 +20,24 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import cast
 
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.batcher import MicroBatcher, RequestQueue
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
+from batchmark.runner.backend.harness_usage import HarnessUsage
+from batchmark.runner.backend.messages import (
+    BatchReport,
+    Crashed,
+    Drain,
+    Drained,
+    FromWorker,
+    LoadFailed,
+    Ready,
+    Stop,
+    Submit,
+    ToWorker,
+)
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import (
@@ -32,58 +45,11 @@ from batchmark.runner.engines.base import (
     Completion,
     ContinuousEngine,
     Engine,
-    EngineClock,
     EngineInfo,
     WorkItem,
 )
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
-
-
-class BatchReport(NamedTuple):
-    """One finished micro-batch, timed on ``time.monotonic()``."""
-
-    batch_id: int
-    full: bool
-    closed_at: float  # when the batch was complete: filled, or its timeout passed
-    started_at: float  # the dispatcher took the batch and called the engine (its prompts were already built)
-    finished_at: float  # its completions were ready
-    completions: list[Completion]
-    queue_depth: int  # requests waiting in the worker when the batch finished
-    # Continuous dispatch only: when each completion's request entered the engine (None: at started_at). There
-    # a report is the requests one engine step finished, and covers the busy time since the previous report.
-    dispatched: list[float] | None = None
-    # Continuous dispatch only: requests the engine was running in the step that produced the report, i.e. its
-    # effective batch size (0: no step ran, the report only carries requests the engine refused).
-    engine_batch: int | None = None
-    # Seconds inside the engine's own calls (generate(), or the step() calls the report covers); None: the
-    # whole span from started_at to finished_at.
-    engine_seconds: float | None = None
-    # The dispatching thread's own seconds for this report outside the engine's calls: matching outputs,
-    # bookkeeping, sending the previous report. The engine is idle for all of it.
-    overhead_seconds: float = 0.0
-    steps: int = 0  # engine steps the report covers
-    # CPU seconds the worker's own threads have spent since the engine was ready, excluding the engine's calls.
-    harness_cpu: float = 0.0
-
-    @property
-    def effective_batch_size(self) -> int:
-        return self.engine_batch if self.engine_batch is not None else len(self.completions)
-
-    @property
-    def engine_busy(self) -> float:
-        """Seconds the engine worked for this report."""
-        if self.engine_seconds is None:
-            return self.finished_at - self.started_at
-        return self.engine_seconds
-
-    def dispatch_times(self) -> list[float]:
-        """When each completion's request entered the engine."""
-        return self.dispatched if self.dispatched is not None else [self.started_at] * len(self.completions)
-
-    def batch_wait(self, enqueued_at: float) -> float:
-        """Time a request waited for its batch to be complete; continuous dispatch has no batch to wait for."""
-        return 0.0 if self.dispatched is not None else max(0.0, self.closed_at - enqueued_at)
 
 
 @dataclass
@@ -121,18 +87,18 @@ class EngineWorker:
         self._child_conn.close()
         while True:
             message = self._receive(timeout=None)
-            if message[0] == "ready":
-                return WorkerReady(info=message[1], load_seconds=message[2])
-            if message[0] == "failed":
+            if isinstance(message, Ready):
+                return WorkerReady(info=message.info, load_seconds=message.load_seconds)
+            if isinstance(message, LoadFailed):
                 self._process.join(timeout=10)
-                raise WorkerFailed(message[1])
+                raise WorkerFailed(message.message)
 
     def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
-        self._conn.send(("submit", requests))
+        self._send(Submit(requests))
 
-    def receive(self, timeout: float | None) -> list[tuple[Any, ...]]:
+    def receive(self, timeout: float | None) -> list[FromWorker]:
         """Every message waiting, after waiting up to ``timeout`` for the first."""
-        messages: list[tuple[Any, ...]] = []
+        messages: list[FromWorker] = []
         if not self._conn.poll(timeout):
             return messages
         while True:
@@ -140,21 +106,22 @@ class EngineWorker:
             if not self._conn.poll(0):
                 return messages
 
-    def drain(self) -> list[tuple[Any, ...]]:
+    def drain(self) -> list[BatchReport]:
         """Drop queued requests, wait for the batch in progress; returns its reports."""
-        self._conn.send(("drain",))
-        reports: list[tuple[Any, ...]] = []
+        self._send(Drain())
+        reports: list[BatchReport] = []
         while True:
             message = self._receive(timeout=None)
-            if message[0] == "drained":
+            if isinstance(message, Drained):
                 return reports
-            reports.append(message)
+            if isinstance(message, BatchReport):
+                reports.append(message)
 
     def close(self, grace: float = 30.0) -> None:
         if self._process.pid is None:
             return
         with contextlib.suppress(BrokenPipeError, OSError):
-            self._conn.send(("stop",))
+            self._send(Stop())
         self._process.join(timeout=grace)
         if self._process.is_alive():
             self._process.terminate()
@@ -164,18 +131,21 @@ class EngineWorker:
             self._process.join()
         self._conn.close()
 
-    def _receive(self, timeout: float | None) -> tuple[Any, ...]:
+    def _send(self, message: ToWorker) -> None:
+        self._conn.send(message)
+
+    def _receive(self, timeout: float | None) -> FromWorker:
         try:
             if timeout is not None and not self._conn.poll(timeout):
                 raise TimeoutError("no message from the engine worker")
-            message: tuple[Any, ...] = self._conn.recv()
+            message: FromWorker = self._conn.recv()
         except (EOFError, ConnectionResetError) as error:
             self._process.join(timeout=5)
             raise WorkerFailed(
                 f"the engine worker process exited unexpectedly (exit code {self._process.exitcode})"
             ) from error
-        if message[0] == "crashed":
-            raise WorkerFailed(message[1])
+        if isinstance(message, Crashed):
+            raise WorkerFailed(message.traceback)
         return message
 
 
@@ -187,16 +157,16 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     try:
         backend.validate()
     except Exception as error:
-        conn.send(("failed", f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
+        conn.send(LoadFailed(f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
         conn.close()
         return
     engine = backend._ensure_engine()
     if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
         message = f"backend.dispatch=continuous: the {config.engine} engine cannot take requests while running"
-        conn.send(("failed", message))
+        conn.send(LoadFailed(message))
         conn.close()
         return
-    conn.send(("ready", engine.info, backend.load_seconds))
+    conn.send(Ready(engine.info, backend.load_seconds or 0.0))
     queue: RequestQueue[WorkItem]
     if config.dispatch == "continuous":
         queue = AdmissionQueue()
@@ -216,31 +186,9 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
             _dispatch_batches(conn, engine, queue, send_lock, usage)
     except Exception:
         with send_lock:
-            conn.send(("crashed", traceback.format_exc()))
+            conn.send(Crashed(traceback.format_exc()))
     finally:
         conn.close()
-
-
-class HarnessUsage:
-    """CPU seconds of the worker's own threads since the engine was ready, the engine's calls excluded.
-
-    The dispatching thread (this one) counts its CPU outside the engine's calls; the helper threads (the
-    receiver) count whole. vLLM's own threads and processes (its engine core in the default multiprocessing
-    mode, its output threads) are never counted: they are the engine's.
-    """
-
-    def __init__(self, clock: EngineClock, helpers: list[threading.Thread]) -> None:
-        self._clock = clock
-        self._helper_clocks = [time.pthread_getcpuclockid(thread.ident) for thread in helpers if thread.ident]
-        self._baseline = 0.0
-        self._baseline = self.cpu_seconds()
-
-    def cpu_seconds(self) -> float:
-        helpers = 0.0
-        for clock_id in self._helper_clocks:
-            with contextlib.suppress(OSError):  # a helper that ended keeps its last reading out
-                helpers += time.clock_gettime(clock_id)
-        return time.thread_time() - self._clock.cpu_seconds + helpers - self._baseline
 
 
 def _receive_requests(
@@ -251,21 +199,20 @@ def _receive_requests(
 ) -> None:
     while True:
         try:
-            message = conn.recv()
+            message: ToWorker = conn.recv()
         except (EOFError, OSError):
             batcher.close()
             return
-        kind = message[0]
-        if kind == "submit":
+        if isinstance(message, Submit):
             now = time.monotonic()
             # Prompts are built here, as requests arrive, so the engine thread goes from one engine call to the
             # next without building any.
-            batcher.put([engine.prepare(WorkItem(spec, enqueued_at, now)) for spec, enqueued_at in message[1]])
-        elif kind == "drain":
+            batcher.put([engine.prepare(WorkItem(spec, enqueued_at, now)) for spec, enqueued_at in message.requests])
+        elif isinstance(message, Drain):
             batcher.drain()
             with send_lock:
-                conn.send(("drained",))
-        elif kind == "stop":
+                conn.send(Drained())
+        elif isinstance(message, Stop):
             batcher.close()
             return
 
@@ -304,7 +251,7 @@ def _dispatch_batches(
             harness_cpu=usage.cpu_seconds(),
         )
         with send_lock:
-            conn.send(("batch", report))
+            conn.send(report)
         batcher.task_done()
         carried = time.monotonic() - finished
         batch_id += 1
