@@ -129,3 +129,16 @@ def test_throughput_bins_keep_every_token_and_span_several_batches() -> None:
         group = timeline[index * merge : (index + 1) * merge]
         tokens += rate * sum(point.width for point in group)
     assert tokens == pytest.approx(sum(point.output_tokens for point in timeline))
+
+
+def test_the_page_and_the_comparison_show_overhead_steps_and_harness_cpu() -> None:
+    page = render_report(simple_report())
+    for column in ("overhead p50", "overhead p99", "steps/1k req", "CPU s/req"):
+        assert f"<th>{column}</th>" in page
+    metrics = {row.metric for row in compare_rows([("a", simple_report()), ("b", simple_report("def456"))])}
+    assert {
+        "dispatch overhead mean, s",
+        "dispatch overhead p99, s",
+        "engine steps / 1k requests",
+        "harness CPU s / request",
+    } <= metrics

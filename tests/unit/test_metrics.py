@@ -118,3 +118,21 @@ def test_server_binds_loopback_and_releases_its_port() -> None:
     with socket.socket() as probe:  # closed means closed: the port can be bound again at once
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", server.port))
+
+
+def test_dispatch_overhead_engine_busy_and_steps_follow_the_report() -> None:
+    events = []
+    for index, at in enumerate((0.2, 0.9, 1.6)):
+        event = batch(index, index * 4, 4, at)
+        report = event.report._replace(engine_seconds=0.4, overhead_seconds=0.0002 * (index + 1), steps=8)
+        events.append(BatchEvent(report, event.enqueued, event.measured))
+    observer = MetricsObserver(CONFIG, "r1")
+    for event in events:
+        observer.on_batch(event)
+    result = benchmark(events)
+    overhead = result.distributions.dispatch_overhead
+    assert value(observer, "batchmark_dispatch_overhead_seconds_count") == overhead.count == 3
+    assert value(observer, "batchmark_dispatch_overhead_seconds_sum") == pytest.approx(overhead.mean * 3)
+    assert value(observer, "batchmark_dispatch_overhead_seconds_bucket", le="0.00025") == 1
+    assert value(observer, "batchmark_engine_busy_seconds_total") == pytest.approx(1.2)
+    assert value(observer, "batchmark_engine_steps_total") == result.engine_steps == 24

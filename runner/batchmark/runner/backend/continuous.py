@@ -11,13 +11,12 @@ in batch mode; the rest of the span (adding requests, matching outputs, reportin
 
 from __future__ import annotations
 
-import multiprocessing.connection
-import threading
 import time
 
 from batchmark.runner.backend.batcher import RequestQueue
 from batchmark.runner.backend.harness_usage import HarnessUsage
 from batchmark.runner.backend.messages import BatchReport
+from batchmark.runner.backend.reporter import Reporter
 from batchmark.runner.engines.base import Completion, ContinuousEngine, WorkItem
 
 
@@ -38,10 +37,9 @@ class AdmissionQueue(RequestQueue[WorkItem]):
 
 
 def dispatch_continuously(
-    conn: multiprocessing.connection.Connection,
     engine: ContinuousEngine,
     queue: AdmissionQueue,
-    send_lock: threading.Lock,
+    reporter: Reporter,
     max_in_flight: int,
     usage: HarnessUsage | None = None,
 ) -> None:
@@ -71,8 +69,7 @@ def dispatch_continuously(
             steps=steps,
             harness_cpu=usage.cpu_seconds() if usage is not None else 0.0,
         )
-        with send_lock:
-            conn.send(report)
+        reporter.send(report)
         report_id += 1
 
     while True:

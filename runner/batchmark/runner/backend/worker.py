@@ -19,7 +19,9 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
@@ -38,6 +40,7 @@ from batchmark.runner.backend.messages import (
     Submit,
     ToWorker,
 )
+from batchmark.runner.backend.reporter import Reporter
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import (
@@ -172,29 +175,29 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
         queue = AdmissionQueue()
     else:
         queue = MicroBatcher(config.batch_size, config.batch_timeout)
-    send_lock = threading.Lock()
+    reporter = Reporter(conn)
     receiver = threading.Thread(
-        target=_receive_requests, args=(conn, queue, send_lock, engine), name="batchmark-receiver", daemon=True
+        target=_receive_requests, args=(conn, queue, reporter, engine), name="batchmark-receiver", daemon=True
     )
     receiver.start()
-    usage = HarnessUsage(engine.clock, [receiver])
     try:
+        usage = HarnessUsage(engine.clock, [receiver, reporter.thread])
         # vLLM's LLM is not thread-safe: this thread alone calls the engine, in either mode.
         if isinstance(queue, AdmissionQueue):
-            dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size, usage)
+            dispatch_continuously(cast(ContinuousEngine, engine), queue, reporter, config.batch_size, usage)
         else:
-            _dispatch_batches(conn, engine, queue, send_lock, usage)
+            _dispatch_batches(engine, queue, reporter, usage)
     except Exception:
-        with send_lock:
-            conn.send(Crashed(traceback.format_exc()))
+        reporter.send(Crashed(traceback.format_exc()))
     finally:
+        reporter.close()
         conn.close()
 
 
 def _receive_requests(
     conn: multiprocessing.connection.Connection,
     batcher: RequestQueue[WorkItem],
-    send_lock: threading.Lock,
+    reporter: Reporter,
     engine: Engine,
 ) -> None:
     while True:
@@ -210,48 +213,60 @@ def _receive_requests(
             batcher.put([engine.prepare(WorkItem(spec, enqueued_at, now)) for spec, enqueued_at in message.requests])
         elif isinstance(message, Drain):
             batcher.drain()
-            with send_lock:
-                conn.send(Drained())
+            # After the drained batch's report: both go through the reporter, in order.
+            reporter.send(Drained())
         elif isinstance(message, Stop):
             batcher.close()
             return
 
 
 def _dispatch_batches(
-    conn: multiprocessing.connection.Connection,
     engine: Engine,
     batcher: MicroBatcher[WorkItem],
-    send_lock: threading.Lock,
+    reporter: Reporter,
     usage: HarnessUsage,
 ) -> None:
+    """Between two engine calls this thread only takes the next batch: prompts were built as requests arrived,
+    and matching outputs and sending the report happen on the reporter's thread."""
     clock = engine.clock
     batch_id = 0
-    carried = 0.0  # harness time spent after the previous report was made (sending it): counted in the next
+    carried = 0.0  # harness time spent after the previous report was handed over: counted in the next
     while (batch := batcher.next_batch()) is not None:
         started = time.monotonic()
         engine_before, steps_before = clock.seconds, clock.steps()
         try:
-            completions = engine.run_batch(batch.items)
+            convert = engine.generate_batch(batch.items)
         except Exception as error:  # the engine itself broke: every request of the batch failed
-            message = f"engine error: {type(error).__name__}: {error}"
-            completions = [Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS) for item in batch.items]
+            convert = partial(_all_failed, batch.items, f"engine error: {type(error).__name__}: {error}")
         finished = time.monotonic()
         engine_seconds = clock.seconds - engine_before
-        report = BatchReport(
-            batch_id,
-            batch.full,
-            batch.closed_at,
-            started,
-            finished,
-            completions,
-            len(batcher),
-            engine_seconds=engine_seconds,
-            overhead_seconds=max(0.0, finished - started - engine_seconds) + carried,
-            steps=clock.steps() - steps_before,
-            harness_cpu=usage.cpu_seconds(),
+        reporter.send(
+            partial(
+                _batch_report,
+                convert,
+                BatchReport(
+                    batch_id,
+                    batch.full,
+                    batch.closed_at,
+                    started,
+                    finished,
+                    [],
+                    len(batcher),
+                    engine_seconds=engine_seconds,
+                    overhead_seconds=max(0.0, finished - started - engine_seconds) + carried,
+                    steps=clock.steps() - steps_before,
+                    harness_cpu=usage.cpu_seconds(),
+                ),
+            )
         )
-        with send_lock:
-            conn.send(report)
         batcher.task_done()
         carried = time.monotonic() - finished
         batch_id += 1
+
+
+def _batch_report(convert: Callable[[], list[Completion]], report: BatchReport) -> BatchReport:
+    return report._replace(completions=convert())
+
+
+def _all_failed(items: list[WorkItem], message: str) -> list[Completion]:
+    return [Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS) for item in items]

@@ -114,6 +114,11 @@ class Engine(Protocol):
         """Run the batch; a request that fails fails alone, the rest complete."""
         ...
 
+    def generate_batch(self, items: Sequence[WorkItem]) -> Callable[[], list[Completion]]:
+        """Run the batch through the engine now; the function returned turns its outputs into completions
+        later, on any thread (``run_batch`` is the two at once)."""
+        ...
+
 
 @runtime_checkable
 class ContinuousEngine(Protocol):
@@ -246,19 +251,38 @@ class GenerateEngine:
         return failed
 
     def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
+        return self.generate_batch(items)()
+
+    def generate_batch(self, items: Sequence[WorkItem]) -> Callable[[], list[Completion]]:
         prepared: list[tuple[WorkItem, Prepared]] = []
-        completions: list[Completion] = []
+        failed: list[Completion] = []
         for ready in map(self.prepare, items):
             if ready.prepared is None:
-                completions.append(_failed(ready, ready.failure or "prompt: not built"))
+                failed.append(_failed(ready, ready.failure or "prompt: not built"))
                 continue
             prepared.append((ready, ready.prepared))
-        completions.extend(self._generate_isolated(prepared))
-        return completions
+        results: list[tuple[list[tuple[WorkItem, Prepared]], Sequence[Any]] | Completion] = []
+        self._generate_isolated(prepared, results)
 
-    def _generate_isolated(self, prepared: list[tuple[WorkItem, Prepared]]) -> list[Completion]:
+        def convert() -> list[Completion]:
+            completions = list(failed)
+            for result in results:
+                if isinstance(result, Completion):
+                    completions.append(result)
+                else:
+                    completions.extend(self._match(*result))
+            return completions
+
+        return convert
+
+    def _generate_isolated(
+        self,
+        prepared: list[tuple[WorkItem, Prepared]],
+        results: list[tuple[list[tuple[WorkItem, Prepared]], Sequence[Any]] | Completion],
+    ) -> None:
+        """Appends (requests, their outputs) per successful generate() call, or a failed request's completion."""
         if not prepared:
-            return []
+            return
         prompts = [request.prompt for _, request in prepared]
         params = [request.params for _, request in prepared]
         try:
@@ -266,15 +290,28 @@ class GenerateEngine:
                 outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as error:
             if len(prepared) == 1:
-                return [_failed(prepared[0][0], f"{type(error).__name__}: {error}")]
+                results.append(_failed(prepared[0][0], f"{type(error).__name__}: {error}"))
+                return
             middle = len(prepared) // 2
-            return self._generate_isolated(prepared[:middle]) + self._generate_isolated(prepared[middle:])
-        return self._match(prepared, outputs)
+            self._generate_isolated(prepared[:middle], results)
+            self._generate_isolated(prepared[middle:], results)
+            return
+        results.append((prepared, outputs))
 
     def _match(self, prepared: list[tuple[WorkItem, Prepared]], outputs: Sequence[Any]) -> list[Completion]:
+        output_key = self.prompts.output_key
+        # vLLM returns the outputs in the order of the prompts; checked output by output (a comparison, no
+        # hashing), and matched by key only where the order does not hold.
+        if len(outputs) == len(prepared) and all(
+            output_key(output) == request.key for output, (_, request) in zip(outputs, prepared, strict=True)
+        ):
+            return [
+                completion_from_output(item.spec.request_id, output)
+                for output, (item, _) in zip(outputs, prepared, strict=True)
+            ]
         by_key: defaultdict[Hashable, list[Any]] = defaultdict(list)
         for output in outputs:
-            by_key[self.prompts.output_key(output)].append(output)
+            by_key[output_key(output)].append(output)
         completions = []
         for item, request in prepared:
             matches = by_key.get(request.key)
