@@ -46,6 +46,11 @@ def assert_sane_report(report: dict[str, Any], dispatch: str) -> dict[str, Any]:
     assert result["distributions"]["output_tokens"]["max"] == OUTPUT_TOKENS
     assert result["throughput"]["output_tokens_per_second"] > 0
     assert 0 < result["engine_utilization"] <= 1
+    # Every request needs one step per output token at least; the harness's own time is a distribution.
+    assert result["engine_steps"] >= OUTPUT_TOKENS * REQUESTS / 8
+    assert result["engine_steps_per_1000_requests"] == pytest.approx(1000 * result["engine_steps"] / REQUESTS)
+    assert result["distributions"]["dispatch_overhead"]["count"] == result["batches"]
+    assert result["harness_cpu_per_request"] > 0
     # Engine stats are on: TTFT comes from vLLM's own timestamps, not zero.
     assert result["distributions"]["time_to_first_token"]["count"] == REQUESTS
     assert result["distributions"]["time_to_first_token"]["min"] > 0
@@ -98,6 +103,11 @@ def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: Vllm
     assert (continuous[11]["output_tokens"], continuous[13]["output_tokens"]) == (12, 6)
     assert continuous[13]["prompt_tokens"] == 20
     assert checks["continuous_steps"] >= 12  # one step per token of the longest request, at least
+    assert checks["continuous_counted_steps"] == checks["continuous_steps"]
+    # Batch dispatch counted the steps generate() ran inside: at least one per token of the longest request,
+    # in each of the calls the too-long prompt's bisection made.
+    assert checks["batch_steps"] >= 17
+    assert checks["batch_engine_seconds"] > 0
 
     # request_format: plain keeps the exact token ids; the templates wrap the content.
     formats = checks["formats"]
