@@ -28,8 +28,11 @@ from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continu
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
+from batchmark.runner.shutdown import StopFlag
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
+# How often a wait on the worker looks up from the pipe to see whether it should give up.
+_CANCEL_POLL_SECONDS = 0.1
 
 
 class BatchReport(NamedTuple):
@@ -75,7 +78,7 @@ class WorkerFailed(RuntimeError):
 def mp_context_name() -> str:
     name = os.environ.get(MP_CONTEXT_VARIABLE, "spawn")
     if name not in ("spawn", "fork", "forkserver"):
-        raise ValueError(f"{MP_CONTEXT_VARIABLE}={name!r}: use spawn, fork or forkserver")
+        raise ValueError(f"{MP_CONTEXT_VARIABLE}={name!r}: use spawn, fork or forkserver (default: spawn)")
     return name
 
 
@@ -90,21 +93,33 @@ class EngineWorker:
             target=serve, args=(child_conn, config, seed), name="batchmark-engine", daemon=False
         )
         self._child_conn = child_conn
+        self._ready = False
 
-    def start(self) -> WorkerReady:
-        """Start the process and wait until its engine is loaded."""
+    def start(self, cancel: StopFlag | None = None) -> WorkerReady | None:
+        """Start the process and wait until its engine is loaded; None when ``cancel`` was set first."""
         self._process.start()
         self._child_conn.close()
         while True:
-            message = self._receive(timeout=None)
+            if cancel is not None and cancel.is_set():
+                return None
+            if not self._conn.poll(_CANCEL_POLL_SECONDS):
+                continue
+            message = self._receive(timeout=0)
             if message[0] == "ready":
+                self._ready = True
                 return WorkerReady(info=message[1], load_seconds=message[2])
             if message[0] == "failed":
                 self._process.join(timeout=10)
                 raise WorkerFailed(message[1])
 
     def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
-        self._conn.send(("submit", requests))
+        self._send(("submit", requests))
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise self._exited() from error
 
     def receive(self, timeout: float | None) -> list[tuple[Any, ...]]:
         """Every message waiting, after waiting up to ``timeout`` for the first."""
@@ -118,7 +133,7 @@ class EngineWorker:
 
     def drain(self) -> list[tuple[Any, ...]]:
         """Drop queued requests, wait for the batch in progress; returns its reports."""
-        self._conn.send(("drain",))
+        self._send(("drain",))
         reports: list[tuple[Any, ...]] = []
         while True:
             message = self._receive(timeout=None)
@@ -126,12 +141,21 @@ class EngineWorker:
                 return reports
             reports.append(message)
 
-    def close(self, grace: float = 30.0) -> None:
+    def close(self, grace: float = 30.0, hurry: StopFlag | None = None) -> None:
+        """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``) before terminating it.
+
+        A worker still loading its engine reads no messages, so it is terminated at once.
+        """
         if self._process.pid is None:
             return
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self._conn.send(("stop",))
-        self._process.join(timeout=grace)
+        if self._ready:
+            with contextlib.suppress(OSError):
+                self._conn.send(("stop",))
+            deadline = time.monotonic() + grace
+            while self._process.is_alive() and time.monotonic() < deadline:
+                if hurry is not None and hurry.is_set():
+                    break
+                self._process.join(timeout=min(_CANCEL_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(timeout=5)
@@ -140,16 +164,23 @@ class EngineWorker:
             self._process.join()
         self._conn.close()
 
+    def _exited(self) -> WorkerFailed:
+        self._process.join(timeout=5)
+        code = self._process.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how = f"killed by signal {-code}"
+            with contextlib.suppress(ValueError):
+                how = f"killed by {signal.Signals(-code).name}"
+        return WorkerFailed(f"the engine worker process exited unexpectedly ({how})")
+
     def _receive(self, timeout: float | None) -> tuple[Any, ...]:
         try:
             if timeout is not None and not self._conn.poll(timeout):
                 raise TimeoutError("no message from the engine worker")
             message: tuple[Any, ...] = self._conn.recv()
         except (EOFError, ConnectionResetError) as error:
-            self._process.join(timeout=5)
-            raise WorkerFailed(
-                f"the engine worker process exited unexpectedly (exit code {self._process.exitcode})"
-            ) from error
+            raise self._exited() from error
         if message[0] == "crashed":
             raise WorkerFailed(message[1])
         return message
@@ -159,18 +190,26 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     """Entry point of the worker process."""
     # Ctrl-C reaches the whole process group; the main process decides how the run ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _serve(conn, config, seed)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        # The main process is gone (killed): there is nobody to report to, so end without a word.
+        pass
+    finally:
+        conn.close()
+
+
+def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int) -> None:
     backend = VllmPythonBatchBackend(config, seed)
     try:
         backend.validate()
     except Exception as error:
         conn.send(("failed", f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
-        conn.close()
         return
     engine = backend._ensure_engine()
     if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
         message = f"backend.dispatch=continuous: the {config.engine} engine cannot take requests while running"
         conn.send(("failed", message))
-        conn.close()
         return
     conn.send(("ready", engine.info, backend.load_seconds))
     queue: RequestQueue[WorkItem]
@@ -189,11 +228,13 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
             dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size)
         else:
             _dispatch_batches(conn, backend, queue, send_lock)
-    except Exception:
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        raise
+    except Exception as error:
+        # The traceback goes to the log; the main process gets one line for the results' stop reason.
+        traceback.print_exc()
         with send_lock:
-            conn.send(("crashed", traceback.format_exc()))
-    finally:
-        conn.close()
+            conn.send(("crashed", f"{type(error).__name__}: {error}"))
 
 
 def _receive_requests(
@@ -211,8 +252,12 @@ def _receive_requests(
             batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message[1])
         elif kind == "drain":
             batcher.drain()
-            with send_lock:
-                conn.send(("drained",))
+            try:
+                with send_lock:
+                    conn.send(("drained",))
+            except OSError:  # the main process is gone
+                batcher.close()
+                return
         elif kind == "stop":
             batcher.close()
             return
