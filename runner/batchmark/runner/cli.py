@@ -455,11 +455,11 @@ def compare_command(args: argparse.Namespace) -> int:
 
 def _check_html_output(path: Path, inputs: Sequence[Path]) -> None:
     """Before reading anything: an output that can only be HTML, never one of the inputs."""
-    if path.suffix.lower() != ".html":
-        raise UsageError(f"--output: {path}: the report is HTML; the file name must end in .html")
     problem = output_problem(path, inputs)
     if problem is not None:
         raise UsageError(f"--output: {path}: {problem}")
+    if path.suffix.lower() != ".html":
+        raise UsageError(f"--output: {path}: the report is HTML; the file name must end in .html")
 
 
 def _labels(paths: Sequence[Path]) -> list[str]:

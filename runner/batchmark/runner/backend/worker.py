@@ -14,6 +14,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.context
+import multiprocessing.resource_tracker
 import os
 import signal
 import threading
@@ -86,7 +87,8 @@ class EngineWorker:
     """Handle in the main process on the worker process."""
 
     def __init__(self, config: BackendConfig, seed: int) -> None:
-        context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(mp_context_name()))
+        self._context_name = mp_context_name()
+        context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(self._context_name))
         self._conn, child_conn = context.Pipe(duplex=True)
         # Not daemonic: vLLM's engine starts processes of its own, which daemonic processes may not.
         self._process = context.Process(
@@ -97,7 +99,17 @@ class EngineWorker:
 
     def start(self, cancel: StopFlag | None = None) -> WorkerReady | None:
         """Start the process and wait until its engine is loaded; None when ``cancel`` was set first."""
-        self._process.start()
+        # Ctrl-C reaches the whole process group, and the worker must never die of it, not even before ``serve``
+        # ignores it: it starts with SIGINT blocked (a signal mask survives fork and exec), and a Ctrl-C meanwhile
+        # waits for the main process's handler.
+        if self._context_name != "fork":
+            # Started now, before the mask: starting it unblocks SIGINT and SIGTERM when done, undoing ours.
+            multiprocessing.resource_tracker.ensure_running()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         self._child_conn.close()
         while True:
             if cancel is not None and cancel.is_set():
@@ -190,6 +202,7 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     """Entry point of the worker process."""
     # Ctrl-C reaches the whole process group; the main process decides how the run ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by ``EngineWorker.start``
     try:
         _serve(conn, config, seed)
     except (BrokenPipeError, ConnectionResetError, EOFError):
