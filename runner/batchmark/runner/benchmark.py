@@ -14,7 +14,8 @@ from typing import Any
 from batchmark.runner import __version__
 from batchmark.runner.aggregator import Aggregator, Window
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
-from batchmark.runner.backend.worker import BatchReport, EngineWorker, WorkerFailed, WorkerReady
+from batchmark.runner.backend.messages import BatchReport
+from batchmark.runner.backend.worker import EngineWorker, WorkerFailed, WorkerReady
 from batchmark.runner.config import (
     MaxDurationConstraint,
     MaxErrorRateConstraint,
@@ -257,8 +258,8 @@ class _Execution:
                 self.runner.failure = f"the engine failed: {error}"
                 messages = []
             for message in messages:
-                if message[0] == "batch":
-                    self._on_batch(message[1], aggregator)
+                if isinstance(message, BatchReport):
+                    self._on_batch(message, aggregator)
             now = time.monotonic()
             end = now
             stop_reason = self._stop_reason(aggregator, now, deadline, cap)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -34,6 +35,7 @@ from batchmark.runner.pushgateway import PushOutcome, push_results, run_succeede
 from batchmark.runner.results import RunReport
 from batchmark.runner.shutdown import Shutdown
 from batchmark.runner.spec import SpecError, parse_spec
+from batchmark.runner.statuswriter import StatusWriter
 
 # Exit codes (README, "Exit codes"): 0 the run ended as configured and every output was written; 1 an
 # unexpected error; 2 bad input, found before any work; 3 the engine failed to load or its process died
@@ -127,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         "results", type=Path, nargs="+", help="results files (.json, .yaml); the first is the baseline"
     )
     compare.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML file")
+    # Commands of other parts (the operator's crd, manifest, ...), registered by entry point: they set `handler`.
+    for entry_point in importlib.metadata.entry_points(group="batchmark.commands"):
+        entry_point.load()(commands)
     return parser
 
 
@@ -502,11 +507,15 @@ def main(argv: Sequence[str] | None = None, shutdown: Shutdown | None = None) ->
     try:
         args = build_parser().parse_args(argv)
         if args.command == "run":
-            return run_command(args, shutdown=shutdown)
+            # Inside a BatchBenchmark's pod its environment switches the status writer on; elsewhere it is None.
+            status_writer = StatusWriter.from_environment()
+            return run_command(args, [status_writer] if status_writer is not None else [], shutdown=shutdown)
         if args.command == "report":
             code = report_command(args)
         elif args.command == "compare":
             code = compare_command(args)
+        elif (handler := getattr(args, "handler", None)) is not None:
+            code = handler(args)
         else:
             return EXIT_USAGE
         # These finish in moments: a signal meanwhile is reported once they are done.

@@ -35,8 +35,8 @@ class ConfigModel(BaseModel):
 # take 10 million).
 MAX_SECONDS = 366 * 24 * 3600.0
 MAX_CONTEXT_TOKENS = 10_000_000
-# Seeds are numpy's: unsigned 64-bit integers.
-MAX_SEED = 2**64 - 1
+# Seeds: what numpy takes (any whole number from 0) and a Kubernetes integer (int64) holds.
+MAX_SEED = 2**63 - 1
 # Arrays sized by these are allocated whole before the run: a bound keeps a typo from exhausting memory.
 MAX_SAMPLES = 1_000_000
 MAX_ERROR_WINDOW = 1_000_000
@@ -436,8 +436,11 @@ class RunConfig(ConfigModel):
 
     name: str = Field(
         default="benchmark",
-        pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,126}[a-zA-Z0-9])?$",
-        description="Name of the benchmark, used in labels and file names.",
+        pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$",
+        description=(
+            "Name of the benchmark, used in labels and file names: a Kubernetes label value (letters, digits,"
+            " '-', '_' and '.', at most 63 characters, starting and ending with a letter or digit)."
+        ),
     )
     backend: BackendConfig = Field(description="The backend and the engine behind it.")
     data: DataConfig = Field(description="The requests to send.")

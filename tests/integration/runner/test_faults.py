@@ -107,7 +107,9 @@ def test_signals_while_the_engine_loads_stop_it_and_keep_an_empty_result(tmp_pat
 @pytest.mark.parametrize("signals", [[SIGTERM], [SIGINT, SIGINT], [SIGTERM, SIGINT]])
 def test_signals_mid_run_keep_the_results_so_far(tmp_path: Path, dispatch: str, signals: list[int]) -> None:
     outputs = every_format(tmp_path)
-    program = Program(tmp_path, run_args(backend(dispatch=dispatch, time_scale=1), constraint=LONG_RUN, outputs=outputs))
+    program = Program(
+        tmp_path, run_args(backend(dispatch=dispatch, time_scale=1), constraint=LONG_RUN, outputs=outputs)
+    )
     program.wait_for("benchmark 1")
     time.sleep(1.0)
     for number in signals:  # twice: back to back, as fast as a script (or an impatient user) can
@@ -127,7 +129,9 @@ def test_signals_mid_run_keep_the_results_so_far(tmp_path: Path, dispatch: str, 
 @pytest.mark.parametrize("killer", [SIGKILL, SIGTERM])
 def test_the_engine_dying_mid_run_keeps_what_completed(tmp_path: Path, dispatch: str, killer: int) -> None:
     outputs = every_format(tmp_path)
-    program = Program(tmp_path, run_args(backend(dispatch=dispatch, time_scale=1), constraint=LONG_RUN, outputs=outputs))
+    program = Program(
+        tmp_path, run_args(backend(dispatch=dispatch, time_scale=1), constraint=LONG_RUN, outputs=outputs)
+    )
     program.wait_for("benchmark 1")
     worker = program.worker()
     time.sleep(1.0)
