@@ -109,12 +109,15 @@ class Outcome:
 class Program:
     """One `batchmark` process in a session of its own; stdout and stderr go to files, read as it runs."""
 
-    def __init__(self, tmp_path: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, args: list[str], env: dict[str, str] | None = None, python: Path | None = None
+    ) -> None:
         self._stdout = tmp_path / f"stdout-{time.monotonic_ns()}.txt"
         self._stderr = self._stdout.with_name(self._stdout.name.replace("stdout", "stderr"))
         with self._stdout.open("w") as stdout, self._stderr.open("w") as stderr:
+            program = [str(python), *BATCHMARK[1:]] if python is not None else BATCHMARK
             self.process = subprocess.Popen(
-                [*BATCHMARK, *args],
+                [*program, *args],
                 stdout=stdout,
                 stderr=stderr,
                 env={**os.environ, "COLUMNS": "200", **(env or {})},
