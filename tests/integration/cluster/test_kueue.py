@@ -297,7 +297,9 @@ def test_cluster_queues_sharing_a_cohort_reclaim_their_nominal_share(
 
 
 def test_the_example_queues_admit_a_gpu_job(queues: Queues, kube_namespace: str) -> None:
-    documents = [document for document in yaml.safe_load_all((EXAMPLES / "kueue" / "queues.yaml").read_text()) if document]
+    documents = [
+        document for document in yaml.safe_load_all((EXAMPLES / "kueue" / "queues.yaml").read_text()) if document
+    ]
     kinds = [document["kind"] for document in documents]
     assert kinds == ["ResourceFlavor", "ClusterQueue", "LocalQueue"]
     for document in documents:
