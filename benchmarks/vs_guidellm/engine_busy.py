@@ -46,9 +46,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run as a script from anywhere: the repository's root first
 
 from benchmarks.vs_guidellm.probe.analyse import analyse, pids  # noqa: E402
-from benchmarks.vs_guidellm.run import OUTPUT_TOKENS, PROMPT_TOKENS, ensure_model, vllm_config  # noqa: E402
+from benchmarks.vs_guidellm.run import OUTPUT_TOKENS, PROMPT_TOKENS, ensure_model  # noqa: E402
+from benchmarks.vs_guidellm.run import vllm_config as reference_config  # noqa: E402
 
 PYTHON = Path(sys.executable)
+
+
+def vllm_config(engine: str) -> dict[str, Any]:
+    """The side-by-side benchmark's engine settings, without torch.compile on the real engine: its warm-up
+    compiles C++ for minutes on a busy 2-core machine, and both tools run the same eager engine anyway."""
+    config = reference_config(engine)
+    return {**config, "enforce_eager": True} if engine == "vllm" else config
 LOCK = Path("/tmp/batchmark-vllm.lock")
 TOOLS = ("guidellm", "batchmark_batch", "batchmark_continuous")
 
@@ -170,9 +178,7 @@ def measure(
     if tool == "guidellm":
         command = guidellm_command(model, engine, batch_size, requests, out)
     else:
-        if tool.endswith("_inline"):
-            env["BATCHMARK_CONVERT_INLINE"] = "1"
-        dispatch = tool.removeprefix("batchmark_").removesuffix("_inline")
+        dispatch = tool.removeprefix("batchmark_")
         command = batchmark_command(model, engine, batch_size, requests, dispatch, out, workdir)
     try:
         wall = execute(command, env, out.with_suffix(".log"))
