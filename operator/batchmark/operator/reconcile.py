@@ -74,6 +74,7 @@ class Reconciler:
             return
         if status.get("phase") is None:
             self.refresh(namespace, name)  # Pending, before any child exists
+        created = False
         for manifest in (
             children.config_map(owner, config),
             children.results_config_map(owner),
@@ -82,12 +83,17 @@ class Reconciler:
             children.role_binding(owner),
             job,
         ):
-            if self.kube.create(manifest):
-                log.debug("created %s %s/%s", manifest["kind"], namespace, manifest["metadata"]["name"])
-        self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map})
+            created = self.kube.create(manifest)
+        # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
+        self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map}, new_job=created)
 
     def refresh(
-        self, namespace: str, name: str, invalid: str | None = None, extra: Mapping[str, Any] | None = None
+        self,
+        namespace: str,
+        name: str,
+        invalid: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        new_job: bool = False,
     ) -> StatusUpdate | None:
         with self._locked(namespace, name):
             body = self.kube.get_benchmark(namespace, name)
@@ -95,7 +101,8 @@ class Reconciler:
                 return None
             stored: dict[str, Any] = body.get("status") or {}
             job = self.kube.get_job(namespace, name)
-            pods = [PodView.from_dict(pod) for pod in self.kube.list_pods(namespace, name)] if job else []
+            listed = self.kube.list_pods(namespace, name) if job and not new_job else []
+            pods = [PodView.from_dict(pod) for pod in listed]
             observation = Observation(
                 generation=int(body["metadata"].get("generation") or 1),
                 cancel=bool((body.get("spec") or {}).get("cancel")),

@@ -143,8 +143,11 @@ class EngineWorker:
 
 def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int) -> None:
     """Entry point of the worker process."""
-    # Ctrl-C reaches the whole process group; the main process decides how the run ends.
+    # Ctrl-C reaches the whole process group, and so does a pod's SIGTERM where the pod's processes share one
+    # group (the local cluster's node agent signals the group): the main process decides how the run ends,
+    # keeping the results so far, and then stops this worker itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     backend = VllmPythonBatchBackend(config, seed)
     try:
         backend.validate()
