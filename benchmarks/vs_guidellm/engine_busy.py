@@ -250,7 +250,7 @@ def table(results: dict[str, Any]) -> str:
         "|---:|---|---|---|---|---|---|---|---|---|",
     ]
     for batch_size, entry in results["by_batch_size"].items():
-        for tool, figures in entry["summary"].items():
+        for tool, figures in entry.get("summary", {}).items():
             if figures["busy"] is None:
                 continue
             own = figures.get("own")

@@ -55,6 +55,7 @@ from batchmark.runner.engines.base import (
 from batchmark.runner.shutdown import StopFlag
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
+_PREPARE_CHUNK = 16  # requests whose prompts are built before they join the queue together
 # How often a wait on the worker looks up from the pipe to see whether it should give up.
 _CANCEL_POLL_SECONDS = 0.1
 
@@ -265,8 +266,12 @@ def _receive_requests(
         if isinstance(message, Submit):
             now = time.monotonic()
             # Prompts are built here, as requests arrive, so the engine thread goes from one engine call to the
-            # next without building any.
-            batcher.put([engine.prepare(WorkItem(spec, enqueued_at, now)) for spec, enqueued_at in message.requests])
+            # next without building any. They join the queue a few at a time: the first batch of a burst need not
+            # wait for the whole burst's prompts.
+            requests = message.requests
+            for first in range(0, len(requests), _PREPARE_CHUNK):
+                chunk = requests[first : first + _PREPARE_CHUNK]
+                batcher.put([engine.prepare(WorkItem(spec, enqueued_at, now)) for spec, enqueued_at in chunk])
         elif isinstance(message, Drain):
             batcher.drain()
             # After the drained batch's report: both go through the reporter, in order. If the main process is
