@@ -48,6 +48,7 @@ def test_prompts_are_built_once_ahead_and_conversion_waits_for_its_caller() -> N
         ),
         seed=1,
     )
+    assert isinstance(simulated, GenerateEngine)
     ready = [simulated.prepare(item) for item in items(8, 16, 100)]
     assert ready[0].prepared is not None
     assert ready[0].failure is None

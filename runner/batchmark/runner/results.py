@@ -40,7 +40,8 @@ class Distributions(ResultModel):
         default_factory=lambda: Distribution().summary(),
         description="The harness's own seconds per batch (per report in continuous dispatch), during which the "
         "engine had nothing to do: the dispatching thread's time outside the engine's calls — matching outputs to "
-        "requests, bookkeeping, sending the previous report (prompts are built as requests arrive, elsewhere).",
+        "requests, bookkeeping, handing the report over (prompts are built as requests arrive, on another thread; "
+        "reports are sent by another thread).",
     )
     batch_size: DistributionSummary = Field(
         description="Effective batch size: requests per generate() call, or running in the engine's step (continuous)."

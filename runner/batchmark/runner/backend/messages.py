@@ -77,7 +77,7 @@ class BatchReport(NamedTuple):
     # whole span from started_at to finished_at.
     engine_seconds: float | None = None
     # The dispatching thread's own seconds for this report outside the engine's calls: matching outputs,
-    # bookkeeping, sending the previous report. The engine is idle for all of it.
+    # bookkeeping, handing the previous report over. The engine is idle for all of it.
     overhead_seconds: float = 0.0
     steps: int = 0  # engine steps the report covers
     # CPU seconds the worker's own threads have spent since the engine was ready, excluding the engine's calls.

@@ -1,8 +1,7 @@
 """The worker's outgoing messages, sent by a thread of their own and in order.
 
-Turning a batch's engine outputs into completions and pickling its report are the harness's work; done on the
-engine thread, the engine would wait for them before its next call. The engine thread hands them over here as
-a function and goes straight back to the engine; this thread runs the function and sends its result.
+Pickling a report and writing it to the pipe are the harness's work; the engine thread hands the report over
+here and goes back to the engine. A message may also be a function that makes it, called on this thread.
 """
 
 from __future__ import annotations

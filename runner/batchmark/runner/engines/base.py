@@ -114,11 +114,6 @@ class Engine(Protocol):
         """Run the batch; a request that fails fails alone, the rest complete."""
         ...
 
-    def generate_batch(self, items: Sequence[WorkItem]) -> Callable[[], list[Completion]]:
-        """Run the batch through the engine now; the function returned turns its outputs into completions
-        later, on any thread (``run_batch`` is the two at once)."""
-        ...
-
 
 @runtime_checkable
 class ContinuousEngine(Protocol):
@@ -254,6 +249,8 @@ class GenerateEngine:
         return self.generate_batch(items)()
 
     def generate_batch(self, items: Sequence[WorkItem]) -> Callable[[], list[Completion]]:
+        """Run the batch through the engine now; the function returned turns its outputs into completions
+        (``run_batch`` is the two at once)."""
         prepared: list[tuple[WorkItem, Prepared]] = []
         failed: list[Completion] = []
         for ready in map(self.prepare, items):
