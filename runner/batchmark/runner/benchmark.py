@@ -6,7 +6,6 @@ import datetime
 import math
 import platform
 import sys
-import threading
 import time
 import uuid
 from collections import deque
@@ -16,7 +15,7 @@ from batchmark.runner import __version__
 from batchmark.runner.aggregator import Aggregator, Window
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.messages import BatchReport
-from batchmark.runner.backend.worker import EngineWorker, WorkerReady
+from batchmark.runner.backend.worker import EngineWorker, WorkerFailed, WorkerReady
 from batchmark.runner.budget import RequestBudget, recommend, verdict
 from batchmark.runner.config import (
     WORKER_FIELDS,
@@ -36,12 +35,16 @@ from batchmark.runner.data import RequestSpec, SyntheticText
 from batchmark.runner.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.profiles import Strategy, initial_strategies, sweep_rates
 from batchmark.runner.results import BenchmarkResult, EngineLoad, EngineSummary, RunReport, SweepSummary
+from batchmark.runner.shutdown import StopFlag
 
 PROGRESS_INTERVAL = 0.25
 
 
 class BenchmarkRunner:
     """Owns the engine worker for a whole run; ``start`` loads the engine, ``run`` times the benchmarks.
+
+    Neither loses what was measured: a stop request (a signal) or the engine failing ends the run early, and
+    ``run`` still returns the report of the benchmarks so far, marked incomplete with the reason.
 
     With a sweep, ``run`` goes through its points in order: the worker is told the new batch_size,
     batch_timeout or dispatch between points (the engine stays loaded), and only a point that changes the
@@ -52,39 +55,54 @@ class BenchmarkRunner:
         self,
         config: RunConfig,
         observers: list[RunObserver] | None = None,
-        stop: threading.Event | None = None,
+        stop: StopFlag | None = None,
     ) -> None:
         self.config = config
         self.observers = Observers(observers or [])
-        self.stop = stop or threading.Event()
-        self.stop_reason = "interrupted"
+        self.stop = stop or StopFlag()
+        self.failure: str | None = None  # why the engine failed, when it did
         self.run_id = uuid.uuid4().hex[:12]
         self.created_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         self._data = SyntheticText(config.data)
         self.next_request_id = 0  # unique across a sweep's benchmarks, so late reports are recognised
         self._worker: EngineWorker | None = None
         self._ready: WorkerReady | None = None  # the first load: the report's engine
+        self._load_started: float | None = None
         self._budget = RequestBudget(config.slo)
         self.points: list[dict[str, Any]] = config.sweep.points() if config.sweep is not None else [{}]
         self._backends = [apply_overrides(config.backend, point) for point in self.points]
         self._loaded: BackendConfig | None = None  # what the current worker's engine and settings are
         self._loads: list[EngineLoad] = []
 
+    @property
+    def stop_reason(self) -> str:
+        return self.stop.reason
+
     def check(self) -> None:
         """The main process's cheap readiness check: loads nothing."""
         for backend in {_engine_key(backend): backend for backend in self._backends}.values():
             VllmPythonBatchBackend(backend, self.config.data.seed).validate()
 
-    def start(self) -> WorkerReady:
-        """Load the engine of the first point."""
+    def start(self) -> WorkerReady | None:
+        """Load the engine of the first point; None when a stop request came first or the engine failed to load
+        (``failure``)."""
+        self._load_started = time.monotonic()
         return self._load(0, first_benchmark=0)
 
-    def _load(self, point: int, first_benchmark: int) -> WorkerReady:
+    def _load(self, point: int, first_benchmark: int) -> WorkerReady | None:
         self.close()
+        if self.stop.is_set():
+            return None
         backend = self._backends[point]
         self.observers.on_phase("loading")
         self._worker = EngineWorker(backend, self.config.data.seed)
-        ready = self._worker.start()
+        try:
+            ready = self._worker.start(cancel=self.stop)
+        except WorkerFailed as error:
+            self.failure = f"the engine failed to load: {error}"
+            return None
+        if ready is None:
+            return None
         self._ready = self._ready or ready
         self._loaded = backend
         swept = {name: value for name, value in self.points[point].items() if reloads_engine(name)}
@@ -94,32 +112,41 @@ class BenchmarkRunner:
         self.observers.on_engine_loaded(ready.info, ready.load_seconds)
         return ready
 
-    def close(self) -> None:
+    def close(self, grace: float | None = None, hurry: StopFlag | None = None) -> None:
+        """Stop the engine's process; ``grace`` (default: the worker's) bounds how long it may take by itself."""
         if self._worker is not None:
-            self._worker.close()
+            if grace is None:
+                self._worker.close(hurry=hurry)
+            else:
+                self._worker.close(grace=grace, hurry=hurry)
             self._worker = None
 
     def run(self) -> RunReport:
-        if self._worker is None or self._ready is None:
-            raise RuntimeError("start() the runner first")
+        """The profile's benchmarks at each sweep point, one after another, until done, stopped, or the engine
+        fails."""
         results: list[BenchmarkResult] = []
         started = time.monotonic()
         reload_seconds = 0.0
         for point, backend in enumerate(self._backends):
-            if self.stop.is_set():
+            if self._ready is None or self._ended:
                 break
             if point > 0:
                 reload_seconds += self._switch_to(point, len(results))
+                if self._ended:
+                    break
             if self.config.sweep is not None:
                 self.observers.on_sweep_point(self.points[point], point, len(self.points))
                 if self.config.sweep.warmup_requests:
                     self._warm_up(self.config.sweep.warmup_requests)
             self._run_point(point, backend, results)
-        wall = time.monotonic() - started
-        report = self._report(results, wall, reload_seconds)
+        report = self._report(results, time.monotonic() - started, reload_seconds)
         self.observers.on_phase("done")
         self.observers.on_run_end(report)
         return report
+
+    @property
+    def _ended(self) -> bool:
+        return self.stop.is_set() or self.failure is not None
 
     def _switch_to(self, point: int, first_benchmark: int) -> float:
         """Make the worker fit the point; returns the load time when the engine had to be reloaded."""
@@ -127,9 +154,13 @@ class BenchmarkRunner:
         assert self._loaded is not None
         backend = self._backends[point]
         if _engine_key(backend) != _engine_key(self._loaded):
-            return self._load(point, first_benchmark).load_seconds
+            ready = self._load(point, first_benchmark)
+            return ready.load_seconds if ready is not None else 0.0
         if _worker_settings(backend) != _worker_settings(self._loaded):
-            self._worker.reconfigure(backend.batch_size, backend.batch_timeout, backend.dispatch)
+            try:
+                self._worker.reconfigure(backend.batch_size, backend.batch_timeout, backend.dispatch)
+            except WorkerFailed as error:
+                self.failure = f"the engine failed: {error}"
             self._loaded = backend
         return 0.0
 
@@ -140,7 +171,7 @@ class BenchmarkRunner:
         last_point = point == len(self._backends) - 1
         offset = len(results)
         position = 0
-        while position < len(strategies) and not self.stop.is_set():
+        while position < len(strategies) and not self._ended:
             strategy = strategies[position]
             is_last = (
                 last_point
@@ -152,7 +183,7 @@ class BenchmarkRunner:
             result = self._run_one(strategy, drain_after=not is_last, point=point, backend=backend)
             results.append(result)
             self.observers.on_benchmark_end(result)
-            if isinstance(profile, SweepProfileConfig) and position == 1:
+            if isinstance(profile, SweepProfileConfig) and position == 1 and not self._ended:
                 strategies += sweep_rates(
                     profile,
                     results[offset].throughput.requests_per_second,
@@ -166,16 +197,23 @@ class BenchmarkRunner:
         first = self.next_request_id
         self.next_request_id += count
         now = time.monotonic()
-        self._worker.submit([(self._data.spec(request_id), now) for request_id in range(first, first + count)])
         pending = set(range(first, first + count))
-        while pending and not self.stop.is_set():
-            for message in self._worker.receive(PROGRESS_INTERVAL):
-                if isinstance(message, BatchReport):
-                    pending.difference_update(completion.request_id for completion in message.completions)
+        try:
+            self._worker.submit([(self._data.spec(request_id), now) for request_id in sorted(pending)])
+            while pending and not self._ended:
+                for message in self._worker.receive(PROGRESS_INTERVAL):
+                    if isinstance(message, BatchReport):
+                        pending.difference_update(completion.request_id for completion in message.completions)
+        except WorkerFailed as error:
+            self.failure = f"the engine failed: {error}"
 
     def _report(self, results: list[BenchmarkResult], wall: float, reload_seconds: float) -> RunReport:
-        assert self._ready is not None
-        info = self._ready.info
+        complete = self._ready is not None and not self._ended and not any(result.interrupted for result in results)
+        stop_reason = None
+        if not complete:
+            stop_reason = self.failure or self.stop_reason
+            if self._ready is None and self.failure is None:
+                stop_reason += " before the engine had loaded"
         sweep = None
         if self.config.sweep is not None:
             sweep = SweepSummary(
@@ -192,30 +230,52 @@ class BenchmarkRunner:
             run_id=self.run_id,
             batchmark_version=__version__,
             created_at=self.created_at,
-            engine=EngineSummary(
-                kind="simulated" if info.kind == "simulated" else "vllm",
-                simulated=info.kind == "simulated",
-                model=info.model,
-                version=info.version,
-                gpu_name=info.gpu_name,
-                load_seconds=self._ready.load_seconds,
-                details=info.details,
-            ),
+            engine=self._engine_summary(),
             environment=environment(),
             config=self.config.model_dump(mode="json"),
             dispatch=self.config.backend.dispatch,
-            complete=not any(result.interrupted for result in results) and not self.stop.is_set(),
+            complete=complete,
+            stop_reason=stop_reason,
             benchmarks=results,
             sweep=sweep,
             recommendation=recommend(results, budget) if budget or len(results) > 1 else None,
+        )
+
+    def _engine_summary(self) -> EngineSummary:
+        if self._ready is None:
+            # The run ended before the engine had loaded: what is known comes from the config.
+            backend = self.config.backend
+            loading = time.monotonic() - self._load_started if self._load_started is not None else 0.0
+            return EngineSummary(
+                kind=backend.engine,
+                simulated=backend.engine == "simulated",
+                model=backend.model,
+                version=None,
+                gpu_name=backend.simulation.gpu_name if backend.engine == "simulated" else None,
+                load_seconds=loading,
+                loaded=False,
+                details={},
+            )
+        info = self._ready.info
+        return EngineSummary(
+            kind="simulated" if info.kind == "simulated" else "vllm",
+            simulated=info.kind == "simulated",
+            model=info.model,
+            version=info.version,
+            gpu_name=info.gpu_name,
+            load_seconds=self._ready.load_seconds,
+            details=info.details,
         )
 
     def _run_one(self, strategy: Strategy, drain_after: bool, point: int, backend: BackendConfig) -> BenchmarkResult:
         assert self._worker is not None
         execution = _Execution(self, strategy)
         result = execution.run()
-        if drain_after and execution.in_flight:
-            self._worker.drain()
+        if drain_after and execution.in_flight and not self._ended:
+            try:
+                self._worker.drain()
+            except WorkerFailed as error:
+                self.failure = f"the engine failed: {error}"
         update: dict[str, Any] = {"swept": dict(self.points[point]), "batch_size": backend.batch_size}
         if self.config.slo:
             aggregator = execution.aggregator
@@ -296,7 +356,11 @@ class _Execution:
                 if offsets is not None:
                     next_due = start + next(offsets)
             if submitted:
-                self.worker.submit(submitted)
+                try:
+                    self.worker.submit(submitted)
+                except WorkerFailed as error:
+                    self.runner.failure = f"the engine failed: {error}"
+                    break
             self._update_phase(aggregator, now, start)
             if now >= next_progress:
                 self.observers.on_progress(self._progress(aggregator, now - start))
@@ -304,17 +368,25 @@ class _Execution:
             timeout = min(deadline, next_progress) - now
             if self.issued < cap and len(self.in_flight) < limit:
                 timeout = min(timeout, next_due - now)
-            for message in self.worker.receive(max(timeout, 0.0)):
+            try:
+                messages = self.worker.receive(max(timeout, 0.0))
+            except WorkerFailed as error:
+                # What completed is kept; what was in flight counts as incomplete.
+                self.runner.failure = f"the engine failed: {error}"
+                messages = []
+            for message in messages:
                 if isinstance(message, BatchReport):
                     self._on_batch(message, aggregator)
             now = time.monotonic()
             end = now
             stop_reason = self._stop_reason(aggregator, now, deadline, cap)
+        end = time.monotonic() if self.runner.failure is not None else end
         self.observers.on_progress(self._progress(aggregator, end - start))
-        interrupted = stop_reason == "interrupted"
+        interrupted = stop_reason == "interrupted" or self.runner.failure is not None
+        reason = self.runner.failure or self.runner.stop_reason
         return aggregator.finish(
             end=end,
-            stop_reason=self.runner.stop_reason if interrupted else stop_reason,
+            stop_reason=reason if interrupted else str(stop_reason),
             incomplete=len(self.in_flight),
             interrupted=interrupted,
             strategy=self.strategy,
@@ -340,7 +412,7 @@ class _Execution:
         self.observers.on_batch(event)
 
     def _stop_reason(self, aggregator: Aggregator, now: float, deadline: float, cap: float) -> str | None:
-        if self.runner.stop.is_set():
+        if self.runner.stop.is_set() or self.runner.failure is not None:
             return "interrupted"
         if self.issued >= cap and not self.in_flight:
             return "max_requests"

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from batchmark.runner import events
 from batchmark.runner.engines.base import EngineInfo
@@ -24,6 +25,23 @@ def simulated_banner(gpu_name: str | None) -> str:
     return SIMULATED_BANNER.format(gpu=gpu_name or "a GPU")
 
 
+def print_error(console: Console, command: str, message: str, label: str = "error", style: str = "bold red") -> None:
+    """One message on the console; what the user typed (paths, names, values) is printed literally, never read
+    as markup."""
+    # Not wrapped: off a terminal (a pod's log) a message stays one line, whole.
+    console.print(
+        Text.assemble((f"batchmark {command}: {label}:", style), " ", message), highlight=False, soft_wrap=True
+    )
+
+
+def print_warning(console: Console, command: str, message: str) -> None:
+    print_error(console, command, message, label="warning", style="bold yellow")
+
+
+def print_plain(console: Console, message: str) -> None:
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
 class ConsoleObserver(events.RunObserver):
     """Prints to stderr, so stdout stays free for machine-readable output."""
 
@@ -35,15 +53,15 @@ class ConsoleObserver(events.RunObserver):
 
     def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
         label = "SIMULATED engine (timings modelled, not measured)" if info.kind == "simulated" else "engine vllm"
-        self.console.print(f"{label}: loaded {info.model} in {load_seconds:.2f} s")
+        print_plain(self.console, f"{label}: loaded {info.model} in {load_seconds:.2f} s")
 
     def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
         settings = ", ".join(f"{name}={value}" for name, value in values.items())
-        self.console.print(f"sweep point {position + 1}/{total}: {settings}", highlight=False)
+        print_plain(self.console, f"sweep point {position + 1}/{total}: {settings}")
 
     def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
         if not self.show_progress:
-            self.console.print(f"benchmark {position + 1}: {strategy.label}")
+            print_plain(self.console, f"benchmark {position + 1}: {strategy.label}")
             return
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -82,7 +100,7 @@ def summary_tables(report: RunReport) -> list[Table]:
         title += " (SIMULATED)"
     if not report.complete:
         title += " (INCOMPLETE)"
-    throughput = Table(title=title, title_justify="left")
+    throughput = Table(title=Text(title), title_justify="left")
     latency = Table(title="latency, seconds (TTFT and TPOT from the engine's timings)", title_justify="left")
     swept = list(report.benchmarks[0].swept) if report.benchmarks else []
     for table in (throughput, latency):
@@ -101,9 +119,9 @@ def summary_tables(report: RunReport) -> list[Table]:
         counts = result.requests
         values = [str(result.swept.get(name, "-")) for name in swept]
         throughput.add_row(
-            *values,
-            result.strategy,
-            result.stop_reason,
+            *map(Text, values),
+            Text(result.strategy),
+            Text(result.stop_reason),
             f"{counts.completed}/{counts.errored}/{counts.incomplete}",
             f"{result.throughput.requests_per_second:,.2f}",
             f"{result.throughput.output_tokens_per_second:,.1f}",
@@ -112,8 +130,8 @@ def summary_tables(report: RunReport) -> list[Table]:
             f"{result.engine_utilization:.3f}",
         )
         latency.add_row(
-            *values,
-            result.strategy,
+            *map(Text, values),
+            Text(result.strategy),
             _number(dist.request_latency.median),
             _number(dist.request_latency.p99),
             _number(dist.queue_wait.median),
@@ -140,7 +158,7 @@ def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
     for column in columns:
         table.add_column(column, justify="left" if column in ("benchmark", "budget", "missed") else "right")
     for result in report.benchmarks:
-        row = [*(str(result.swept.get(name, "-")) for name in swept), result.strategy]
+        row: list[Text | str] = [*(Text(str(result.swept.get(name, "-"))) for name in swept), Text(result.strategy)]
         if with_slo:
             slo = result.slo
             if slo is None:
@@ -166,7 +184,10 @@ def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
 
 def run_notes(report: RunReport) -> list[str]:
     """The lines under the tables: load time, the sweep's time against its timed phases, the recommendation."""
-    notes = [f"engine load time {report.engine.load_seconds:.2f} s (not timed)"]
+    if report.engine.loaded:
+        notes = [f"engine load time {report.engine.load_seconds:.2f} s (not timed)"]
+    else:
+        notes = [f"the engine had not loaded ({report.engine.load_seconds:.2f} s into loading)"]
     sweep = report.sweep
     if sweep is not None:
         loads = len(sweep.engine_loads)
@@ -187,11 +208,13 @@ def run_notes(report: RunReport) -> list[str]:
 
 def print_summary(console: Console, report: RunReport) -> None:
     if report.engine.simulated:
-        console.print(Panel(simulated_banner(report.engine.gpu_name), style="bold yellow"))
+        console.print(Panel(Text(simulated_banner(report.engine.gpu_name)), style="bold yellow"))
     for table in summary_tables(report):
         console.print(table)
     for note in run_notes(report):
-        console.print(note, highlight=False)
+        print_plain(console, note)
+    if report.stop_reason is not None:
+        print_plain(console, f"INCOMPLETE: {report.stop_reason}")
 
 
 def _money(value: float | None) -> str:
