@@ -117,3 +117,16 @@ def test_a_sweep_pushes_each_point_under_its_batch_size_with_budget_cost_and_rec
     assert samples[("batchmark_result_cost_per_million_tokens", labels(8, kind="output"))] == 11.0
     assert samples[("batchmark_result_recommended", labels(4))] == 1
     assert samples[("batchmark_result_recommended", labels(8))] == 0
+
+
+def test_a_stopping_process_makes_no_further_attempt() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    slept: list[float] = []
+    outcome = push_results(
+        f"http://127.0.0.1:{port}", "unit", simple_report(), attempts=4, sleep=slept.append, give_up=lambda: True
+    )
+    assert not outcome.ok
+    assert outcome.attempts == 1
+    assert slept == []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,14 +44,30 @@ class Reconciler:
         self.kube = kube
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks: dict[tuple[str, str], threading.RLock] = {}
         self._locks_guard = threading.Lock()
+        self._seen: dict[tuple[str, ...], Hashable] = {}
+
+    def worth_refreshing(self, key: tuple[str, ...], signature: Hashable | None) -> bool:
+        """False when an object changed in nothing the status reads since it was last seen (None: forget it).
+
+        Every progress patch of every runner, and every status write of the operator itself, is an event: most
+        change nothing a phase depends on, and skipping them keeps the operator quick with many benchmarks.
+        """
+        with self._locks_guard:
+            if signature is None:
+                self._seen.pop(key, None)
+                return True
+            if self._seen.get(key) == signature:
+                return False
+            self._seen[key] = signature
+            return True
 
     @contextmanager
     def _locked(self, namespace: str, name: str) -> Iterator[None]:
         """Job, pod and resource events arrive on different threads; one resource is handled by one at a time."""
         with self._locks_guard:
-            lock = self._locks.setdefault((namespace, name), threading.Lock())
+            lock = self._locks.setdefault((namespace, name), threading.RLock())
         with lock:
             yield
 
@@ -74,20 +90,29 @@ class Reconciler:
             return
         if status.get("phase") is None:
             self.refresh(namespace, name)  # Pending, before any child exists
-        for manifest in (
-            children.config_map(owner, config),
-            children.results_config_map(owner),
-            children.service_account(owner),
-            children.role(owner),
-            children.role_binding(owner),
-            job,
-        ):
-            if self.kube.create(manifest):
-                log.debug("created %s %s/%s", manifest["kind"], namespace, manifest["metadata"]["name"])
-        self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map})
+        # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
+        # phases are written in the order they happened (Scheduling before LoadingEngine).
+        with self._locked(namespace, name):
+            created = False
+            for manifest in (
+                children.config_map(owner, config),
+                children.results_config_map(owner),
+                children.service_account(owner),
+                children.role(owner),
+                children.role_binding(owner),
+                job,
+            ):
+                created = self.kube.create(manifest)
+            # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
+            self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map}, new_job=created)
 
     def refresh(
-        self, namespace: str, name: str, invalid: str | None = None, extra: Mapping[str, Any] | None = None
+        self,
+        namespace: str,
+        name: str,
+        invalid: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        new_job: bool = False,
     ) -> StatusUpdate | None:
         with self._locked(namespace, name):
             body = self.kube.get_benchmark(namespace, name)
@@ -95,7 +120,8 @@ class Reconciler:
                 return None
             stored: dict[str, Any] = body.get("status") or {}
             job = self.kube.get_job(namespace, name)
-            pods = [PodView.from_dict(pod) for pod in self.kube.list_pods(namespace, name)] if job else []
+            listed = self.kube.list_pods(namespace, name) if job and not new_job else []
+            pods = [PodView.from_dict(pod) for pod in listed]
             observation = Observation(
                 generation=int(body["metadata"].get("generation") or 1),
                 cancel=bool((body.get("spec") or {}).get("cancel")),
@@ -126,6 +152,7 @@ class Reconciler:
         self.metrics.forget(namespace, name)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
+            self._seen.pop(("benchmark", namespace, name), None)
 
     def _announce(self, body: Mapping[str, Any], update: StatusUpdate) -> None:
         previous_reason = (body.get("status") or {}).get("reason")

@@ -211,7 +211,8 @@ def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, s
         return "Pending", "Created", "creating the benchmark's Job"
     if job.complete:
         return "Succeeded", "Completed", "the benchmark finished"
-    if observation.cancel and (job.failed_reason is not None or not _pod_alive(pod)):
+    # Not before the pod's process ended: on SIGTERM the runner is still writing its partial results.
+    if observation.cancel and not _pod_alive(pod):
         return "Cancelled", "Cancelled", "cancelled (spec.cancel); the results so far are kept"
     if job.failed_reason is not None:
         return _failure(job, pod)
@@ -303,3 +304,23 @@ def _conditions(
         )
         conditions.append(condition.model_dump(by_alias=True, exclude_none=True))
     return conditions
+
+
+def benchmark_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a BatchBenchmark's own changes can move its phase: the runner reporting (engine loaded, results),
+    a new generation, cancel. Progress ticks and the operator's own status writes change none of it."""
+    status = body.get("status") or {}
+    return (
+        (body.get("metadata") or {}).get("generation"),
+        bool((body.get("spec") or {}).get("cancel")),
+        status.get("phase") is None,
+        (status.get("progress") or {}).get("podName"),
+        status.get("runId"),
+    )
+
+
+def child_signature(kind: str, body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a Job's or pod's changes the status reads (JobView, PodView); other updates change no phase."""
+    if kind == "Job":
+        return (JobView.from_dict(body),)
+    return (PodView.from_dict(body),)

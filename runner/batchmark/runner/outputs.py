@@ -64,6 +64,8 @@ def write_reports(report: RunReport, paths: Sequence[Path]) -> dict[Path, str]:
             write_report(report, path)
         except OSError as error:
             failures[path] = error.strerror or str(error)
+        except Exception as error:  # a format that cannot render this report must not cost the others
+            failures[path] = f"{type(error).__name__}: {error}"
     return failures
 
 
