@@ -174,7 +174,8 @@ class GenerateEngine:
     Where the object also has vLLM's ``llm_engine`` (``add_request``, ``step``), it serves continuous dispatch
     too: requests go in under our own ids (``str(request_id)``) and come back matched by them. vLLM's ``LLM``
     is not thread-safe, so the caller keeps every engine call on one thread; ``prepare`` touches only the
-    prompt builder and may run on another.
+    prompt builder and may run on another. ``engine_input`` turns a prompt into the typed form ``add_request``
+    takes (vLLM 0.32 deprecates raw prompts there); None passes prompts as built.
     """
 
     def __init__(
@@ -184,12 +185,14 @@ class GenerateEngine:
         sampling_params: Callable[[RequestSpec], Any],
         info: EngineInfo,
         steps: Callable[[], int] | None = None,
+        engine_input: Callable[[Any], Any] | None = None,
     ) -> None:
         self.llm = llm
         self.prompts = prompts
         self.sampling_params = sampling_params
         self.info = info
         self.clock = EngineClock(steps)
+        self.engine_input = engine_input
         self._pending: dict[str, WorkItem] = {}
 
     def prepare(self, item: WorkItem) -> WorkItem:
@@ -212,7 +215,9 @@ class GenerateEngine:
         try:
             # vLLM validates each request here (e.g. a prompt longer than max_model_len), so a bad one fails
             # alone and never enters the scheduler.
-            self.llm.llm_engine.add_request(request_id, item.prepared.prompt, item.prepared.params)
+            prompt = item.prepared.prompt
+            typed = self.engine_input(prompt) if self.engine_input is not None else prompt
+            self.llm.llm_engine.add_request(request_id, typed, item.prepared.params)
         except Exception as error:
             return _failed(item, f"{type(error).__name__}: {error}")
         self._pending[request_id] = item
