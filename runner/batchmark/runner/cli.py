@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ from batchmark.runner.outputs import load_report, write_report
 from batchmark.runner.pushgateway import push_results, run_succeeded
 from batchmark.runner.results import RunReport
 from batchmark.runner.spec import SpecError, parse_spec
+from batchmark.runner.statuswriter import StatusWriter
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -116,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         "results", type=Path, nargs="+", help="results files (.json, .yaml); the first is the baseline"
     )
     compare.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML file")
+    # Commands of other parts (the operator's crd, manifest, ...), registered by entry point: they set `handler`.
+    for entry_point in importlib.metadata.entry_points(group="batchmark.commands"):
+        entry_point.load()(commands)
     return parser
 
 
@@ -426,11 +431,17 @@ def _write_html(path: Path, text: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
-        return run_command(args)
+        # Inside a BatchBenchmark's pod its environment switches the status writer on; elsewhere it is None.
+        status_writer = StatusWriter.from_environment()
+        return run_command(args, [status_writer] if status_writer is not None else [])
     if args.command == "report":
         return report_command(args)
     if args.command == "compare":
         return compare_command(args)
+    handler = getattr(args, "handler", None)
+    if handler is not None:
+        code: int = handler(args)
+        return code
     return EXIT_USAGE
 
 
