@@ -461,4 +461,3 @@ def render(built: models.Dashboard) -> str:
 
 def render_all() -> dict[str, str]:
     return {file_name: render(make()) for file_name, make in DASHBOARDS.items()}
-

@@ -377,9 +377,10 @@ class ControlPlane:
                 self.run_directory / f"{name}.kubeconfig", self.server, pki.ca.certificate, user, client=pair
             )
         write_kubeconfig(layout.kubeconfig, self.server, pki.ca.certificate, "batchmark-admin", client=pki.admin)
-
-        # The controller manager and the scheduler retry until the API server answers, so they start now
-        # rather than after it is ready: that overlaps their start-up with its.
+        # The controller manager gives up after 10 s when the API server is not healthy yet (its RBAC bootstrap
+        # roles take longer than that on a loaded 2-core machine), so it and the scheduler start once the API
+        # server is ready.
+        self._wait_until(deadline, "kube-apiserver /readyz", lambda: self._get("/readyz") is not None)
         self._start_component(
             "kube-controller-manager",
             [
@@ -411,7 +412,6 @@ class ControlPlane:
             ],
         )
 
-        self._wait_until(deadline, "kube-apiserver /readyz", lambda: self._get("/readyz") is not None)
         self.create_nodes()
         # The service-account controller creates `default` in each namespace; its presence shows the
         # controller manager works, and pods cannot be created before it exists.

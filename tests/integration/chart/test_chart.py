@@ -14,6 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from batchmark.operator.api import OperatorDefaults
+from batchmark.operator.rbac import OPERATOR_RULES
 from dashboards.build import CHART_DASHBOARDS
 from tests.integration.chart.helm import CHART, NAMESPACE, ROOT, VALUES, find, helm, render
 
@@ -95,6 +97,23 @@ def test_cluster_wide_rbac_by_default_and_roles_per_namespace_when_listed() -> N
     assert not find(namespaced, "ClusterRole", "-view")
 
 
+def test_the_operators_rbac_is_exactly_what_the_operator_declares() -> None:
+    def normalized(rules: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], ...]]:
+        return sorted(
+            tuple(tuple(sorted(rule.get(key, []))) for key in ("apiGroups", "resources", "verbs")) for rule in rules
+        )
+
+    (cluster_role,) = find(render(), "ClusterRole", "-operator")
+    assert normalized(cluster_role["rules"]) == normalized(OPERATOR_RULES)
+    # Per namespace, the same rules split: namespaced ones in each Role, discovery in the ClusterRole.
+    namespaced = render([VALUES / "namespaced.yaml"])
+    (cluster_role,) = find(namespaced, "ClusterRole", "-operator")
+    (role, _) = find(namespaced, "Role")
+    assert sorted(normalized(cluster_role["rules"]) + normalized(role["rules"])) == sorted(
+        rule for rule in normalized(OPERATOR_RULES) if rule[1] != ("namespaces",)
+    )
+
+
 def test_edit_and_view_users_get_batchbenchmarks_through_aggregation() -> None:
     documents = render()
     (view,) = find(documents, "ClusterRole", "-view")
@@ -126,6 +145,7 @@ def test_monitors_and_rules_only_when_enabled_and_the_api_exists() -> None:
     (service,) = find(documents, "Service", "-metrics")
     assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert service_monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    assert service_monitor["spec"]["endpoints"][0]["honorLabels"] is True  # results keep their namespace
 
 
 def test_the_dashboards_ship_as_configmaps_for_grafanas_sidecar() -> None:
@@ -153,7 +173,10 @@ def defaults_file(documents: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
     assert defaults_file(render()) == {"image": "batchmark-runner:0.1.0", "imagePullPolicy": "IfNotPresent"}
-    assert defaults_file(render([VALUES / "custom-images.yaml"])) == {
+    custom = defaults_file(render([VALUES / "custom-images.yaml"]))
+    OperatorDefaults.model_validate(custom)  # what the operator reads with --defaults (unknown keys refused)
+    OperatorDefaults.model_validate(defaults_file(render()))
+    assert custom == {
         "image": "registry.example.com:5000/ml/batchmark-runner:0.1.0-cuda12",
         "imagePullPolicy": "Always",
         "imagePullSecrets": [{"name": "registry-credentials"}],

@@ -118,6 +118,8 @@ def test_images_run_as_a_non_root_user_with_oci_labels(images: Images, target: s
 def test_the_operator_image_has_the_operator_extra_and_no_engine(images: Images) -> None:
     # The operator's Deployment runs with a read-only root file system: so does this.
     assert "usage: batchmark" in run(images.operator, "--help", read_only=True)
+    assert "usage: batchmark operator" in run(images.operator, "operator", "--help", read_only=True)
+    assert "kind: CustomResourceDefinition" in run(images.operator, "crd", read_only=True)
     probe = (
         "import importlib.util as u; "
         "print(*(u.find_spec(m) is not None for m in ('kopf', 'kubernetes', 'vllm', 'torch')))"

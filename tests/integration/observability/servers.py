@@ -111,6 +111,7 @@ def prometheus(
     scrape_interval: str = "1s",
     honor_labels: bool = False,
     target_labels: dict[str, str] | None = None,
+    job: str = "test",
 ) -> Iterator[Prometheus]:
     """A Prometheus scraping the targets; target_labels are added to their series, as a PodMonitor adds
     `namespace` and `pod`."""
@@ -121,7 +122,7 @@ def prometheus(
         "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
         "scrape_configs": [
             {
-                "job_name": "test",
+                "job_name": job,
                 "honor_labels": honor_labels,
                 "static_configs": [{"targets": targets, "labels": target_labels or {}}],
             }
