@@ -14,6 +14,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.context
+import multiprocessing.resource_tracker
 import os
 import signal
 import threading
@@ -40,8 +41,11 @@ from batchmark.runner.backend.messages import (
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
+from batchmark.runner.shutdown import StopFlag
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
+# How often a wait on the worker looks up from the pipe to see whether it should give up.
+_CANCEL_POLL_SECONDS = 0.1
 
 
 @dataclass
@@ -57,7 +61,7 @@ class WorkerFailed(RuntimeError):
 def mp_context_name() -> str:
     name = os.environ.get(MP_CONTEXT_VARIABLE, "spawn")
     if name not in ("spawn", "fork", "forkserver"):
-        raise ValueError(f"{MP_CONTEXT_VARIABLE}={name!r}: use spawn, fork or forkserver")
+        raise ValueError(f"{MP_CONTEXT_VARIABLE}={name!r}: use spawn, fork or forkserver (default: spawn)")
     return name
 
 
@@ -65,21 +69,38 @@ class EngineWorker:
     """Handle in the main process on the worker process."""
 
     def __init__(self, config: BackendConfig, seed: int) -> None:
-        context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(mp_context_name()))
+        self._context_name = mp_context_name()
+        context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(self._context_name))
         self._conn, child_conn = context.Pipe(duplex=True)
         # Not daemonic: vLLM's engine starts processes of its own, which daemonic processes may not.
         self._process = context.Process(
             target=serve, args=(child_conn, config, seed), name="batchmark-engine", daemon=False
         )
         self._child_conn = child_conn
+        self._ready = False
 
-    def start(self) -> WorkerReady:
-        """Start the process and wait until its engine is loaded."""
-        self._process.start()
+    def start(self, cancel: StopFlag | None = None) -> WorkerReady | None:
+        """Start the process and wait until its engine is loaded; None when ``cancel`` was set first."""
+        # Ctrl-C reaches the whole process group, and the worker must never die of it, not even before ``serve``
+        # ignores it: it starts with SIGINT blocked (a signal mask survives fork and exec), and a Ctrl-C meanwhile
+        # waits for the main process's handler.
+        if self._context_name != "fork":
+            # Started now, before the mask: starting it unblocks SIGINT and SIGTERM when done, undoing ours.
+            multiprocessing.resource_tracker.ensure_running()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         self._child_conn.close()
         while True:
-            message = self._receive(timeout=None)
+            if cancel is not None and cancel.is_set():
+                return None
+            if not self._conn.poll(_CANCEL_POLL_SECONDS):
+                continue
+            message = self._receive(timeout=0)
             if isinstance(message, Ready):
+                self._ready = True
                 return WorkerReady(info=message.info, load_seconds=message.load_seconds)
             if isinstance(message, LoadFailed):
                 self._process.join(timeout=10)
@@ -109,12 +130,21 @@ class EngineWorker:
             if isinstance(message, BatchReport):
                 reports.append(message)
 
-    def close(self, grace: float = 30.0) -> None:
+    def close(self, grace: float = 30.0, hurry: StopFlag | None = None) -> None:
+        """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``) before terminating it.
+
+        A worker still loading its engine reads no messages, so it is terminated at once.
+        """
         if self._process.pid is None:
             return
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self._send(Stop())
-        self._process.join(timeout=grace)
+        if self._ready:
+            with contextlib.suppress(WorkerFailed):
+                self._send(Stop())
+            deadline = time.monotonic() + grace
+            while self._process.is_alive() and time.monotonic() < deadline:
+                if hurry is not None and hurry.is_set():
+                    break
+                self._process.join(timeout=min(_CANCEL_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(timeout=5)
@@ -124,7 +154,20 @@ class EngineWorker:
         self._conn.close()
 
     def _send(self, message: ToWorker) -> None:
-        self._conn.send(message)
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise self._exited() from error
+
+    def _exited(self) -> WorkerFailed:
+        self._process.join(timeout=5)
+        code = self._process.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how = f"killed by signal {-code}"
+            with contextlib.suppress(ValueError):
+                how = f"killed by {signal.Signals(-code).name}"
+        return WorkerFailed(f"the engine worker process exited unexpectedly ({how})")
 
     def _receive(self, timeout: float | None) -> FromWorker:
         try:
@@ -132,12 +175,11 @@ class EngineWorker:
                 raise TimeoutError("no message from the engine worker")
             message: FromWorker = self._conn.recv()
         except (EOFError, ConnectionResetError) as error:
-            self._process.join(timeout=5)
-            raise WorkerFailed(
-                f"the engine worker process exited unexpectedly (exit code {self._process.exitcode})"
-            ) from error
+            raise self._exited() from error
         if isinstance(message, Crashed):
-            raise WorkerFailed(message.traceback)
+            # The whole traceback is in the worker's log; the results carry its last line.
+            lines = message.traceback.strip().splitlines()
+            raise WorkerFailed(f"the engine's process crashed: {lines[-1] if lines else 'no details'}")
         return message
 
 
@@ -145,18 +187,27 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     """Entry point of the worker process."""
     # Ctrl-C reaches the whole process group; the main process decides how the run ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by ``EngineWorker.start``
+    try:
+        _serve(conn, config, seed)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        # The main process is gone (killed): there is nobody to report to, so end without a word.
+        pass
+    finally:
+        conn.close()
+
+
+def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int) -> None:
     backend = VllmPythonBatchBackend(config, seed)
     try:
         backend.validate()
     except Exception as error:
         conn.send(LoadFailed(f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
-        conn.close()
         return
     engine = backend._ensure_engine()
     if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
         message = f"backend.dispatch=continuous: the {config.engine} engine cannot take requests while running"
         conn.send(LoadFailed(message))
-        conn.close()
         return
     conn.send(Ready(engine.info, backend.load_seconds or 0.0))
     queue: RequestQueue[WorkItem]
@@ -175,11 +226,13 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
             dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size)
         else:
             _dispatch_batches(conn, backend, queue, send_lock)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        raise
     except Exception:
+        # Printed here for the log, and sent whole to the main process, which keeps its last line as the reason.
+        traceback.print_exc()
         with send_lock:
             conn.send(Crashed(traceback.format_exc()))
-    finally:
-        conn.close()
 
 
 def _receive_requests(
@@ -196,8 +249,12 @@ def _receive_requests(
             batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message.requests)
         elif isinstance(message, Drain):
             batcher.drain()
-            with send_lock:
-                conn.send(Drained())
+            try:
+                with send_lock:
+                    conn.send(Drained())
+            except OSError:  # the main process is gone
+                batcher.close()
+                return
         elif isinstance(message, Stop):
             batcher.close()
             return
