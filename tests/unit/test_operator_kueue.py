@@ -3,7 +3,10 @@ the phase, conditions, attempts and preemption records built from it (the real K
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.operator.children import Owner, job
@@ -170,3 +173,12 @@ def test_results_of_an_earlier_run_are_not_taken_for_a_later_preemption() -> Non
     assert len(fields["preemptions"]) == 2
     assert "results" not in fields["preemptions"][1]
     assert fields["preemptions"][1]["attempt"] == 2
+
+
+def test_the_queued_example_is_a_valid_queued_benchmark() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "kueue" / "queued-benchmark.yaml"
+    (document,) = yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    spec = BatchBenchmarkSpec.model_validate(document["spec"])
+    manifest = job(Owner("ns", document["metadata"]["name"], "uid"), spec)
+    assert manifest["spec"]["suspend"] is True
+    assert manifest["metadata"]["labels"][QUEUE_NAME_LABEL] == "benchmarks"

@@ -73,9 +73,12 @@ def objects(batchmark_operator: OperatorProcess, kueue: Kueue) -> Iterator[Clust
 
 
 def gpu_queue(objects: ClusterObjects, namespace: str, gpus: int, **queue_options: Any) -> str:
-    """A ResourceFlavor, a ClusterQueue of `gpus` GPUs and the LocalQueue `gpus` in the namespace."""
-    flavor = objects.create(resource_flavor(objects.name("gpu")))
-    queue = objects.create(cluster_queue(objects.name("gpus"), flavor, gpus, **queue_options))
+    """A ClusterQueue of `gpus` GPUs (of the test's one ResourceFlavor, so that a cohort shares it) and the
+    LocalQueue `gpus` in the namespace, pointing at it."""
+    flavor = objects.name("gpu")
+    if not any(path.endswith(f"/resourceflavors/{flavor}") for path in objects.paths):
+        objects.create(resource_flavor(flavor))
+    queue = objects.create(cluster_queue(objects.name(f"gpus-{namespace}"), flavor, gpus, **queue_options))
     objects.create(local_queue(namespace, "gpus", queue))
     return queue
 
