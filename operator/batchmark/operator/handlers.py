@@ -40,6 +40,11 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         finally:
             reconciler.metrics.observe_reconcile(outcome, time.perf_counter() - started)
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # As kubectl: the pod's service account, else the kubeconfig (the local cluster's pods are processes).
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Progress in annotations: the status belongs to the schema (and its two writers), not to kopf.

@@ -52,14 +52,14 @@ class Reconciler:
         self.kueue = KueueApi(kube.api)
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks: dict[tuple[str, str], threading.RLock] = {}
         self._locks_guard = threading.Lock()
 
     @contextmanager
     def _locked(self, namespace: str, name: str) -> Iterator[None]:
         """Job, pod and resource events arrive on different threads; one resource is handled by one at a time."""
         with self._locks_guard:
-            lock = self._locks.setdefault((namespace, name), threading.Lock())
+            lock = self._locks.setdefault((namespace, name), threading.RLock())
         with lock:
             yield
 
@@ -85,17 +85,21 @@ class Reconciler:
             return
         if status.get("phase") is None:
             self.refresh(namespace, name)  # Pending, before any child exists
-        for manifest in (
-            children.config_map(owner, config),
-            children.results_config_map(owner),
-            children.service_account(owner),
-            children.role(owner),
-            children.role_binding(owner),
-            job,
-        ):
-            if self.kube.create(manifest):
-                log.debug("created %s %s/%s", manifest["kind"], namespace, manifest["metadata"]["name"])
-        self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map})
+        # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
+        # phases are written in the order they happened (Scheduling before LoadingEngine).
+        with self._locked(namespace, name):
+            created = False
+            for manifest in (
+                children.config_map(owner, config),
+                children.results_config_map(owner),
+                children.service_account(owner),
+                children.role(owner),
+                children.role_binding(owner),
+                job,
+            ):
+                created = self.kube.create(manifest)
+            # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
+            self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map}, new_job=created)
 
     def _workload_priority_class(self, spec: BatchBenchmarkSpec, namespace: str) -> str | None:
         """For a queued benchmark: check Kueue and the LocalQueue are there, and return the
@@ -123,6 +127,7 @@ class Reconciler:
         name: str,
         invalid: str | None = None,
         extra: Mapping[str, Any] | None = None,
+        new_job: bool = False,
         invalid_reason: str = "InvalidConfig",
     ) -> StatusUpdate | None:
         with self._locked(namespace, name):
@@ -131,7 +136,8 @@ class Reconciler:
                 return None
             stored: dict[str, Any] = body.get("status") or {}
             job = self.kube.get_job(namespace, name)
-            pods = [PodView.from_dict(pod) for pod in self.kube.list_pods(namespace, name)] if job else []
+            listed = self.kube.list_pods(namespace, name) if job and not new_job else []
+            pods = [PodView.from_dict(pod) for pod in listed]
             queued = job is not None and kueue.QUEUE_NAME_LABEL in (job["metadata"].get("labels") or {})
             workload = self.kueue.workload_of(namespace, job["metadata"]["uid"]) if job and queued else None
             observation = Observation(

@@ -225,7 +225,8 @@ def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, s
         return "Pending", "Created", "creating the benchmark's Job"
     if job.complete:
         return "Succeeded", "Completed", "the benchmark finished"
-    if observation.cancel and (job.failed_reason is not None or not _pod_alive(pod)):
+    # Not before the pod's process ended: on SIGTERM the runner is still writing its partial results.
+    if observation.cancel and not _pod_alive(pod):
         return "Cancelled", "Cancelled", "cancelled (spec.cancel); the results so far are kept"
     if job.failed_reason is not None:
         return _failure(job, pod)

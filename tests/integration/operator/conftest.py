@@ -28,7 +28,15 @@ CRD_PATH = ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"
 def batchmark_crd(kube_cluster: KubeCluster) -> KubeCluster:
     """The control plane with the BatchBenchmark CRD applied and established."""
     kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    kube_cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", "--timeout=60s")
+
+    def established() -> bool:
+        condition = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+        result = kube_cluster.kubectl("get", "crd/batchbenchmarks.batchmark.dev", "-o", condition, check=False)
+        return result.stdout.strip() == "True"
+
+    wait_for("the CRD to be established", established, 60)
+    # Established is not yet served by discovery, through which kubectl resolves `bb`.
+    wait_for("bb in discovery", lambda: kube_cluster.kubectl("get", "bb", "-A", check=False).returncode == 0, 60)
     return kube_cluster
 
 
