@@ -296,7 +296,11 @@ class ControlPlane:
         return self._pki
 
     def __enter__(self) -> ControlPlane:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # __exit__ is not called when __enter__ fails: what did start must not leak
+            raise
         return self
 
     def __exit__(self, *_: object) -> None:

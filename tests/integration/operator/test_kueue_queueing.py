@@ -299,3 +299,37 @@ def test_without_kueue_a_queue_name_is_refused(kube_cluster: KubeCluster, tmp_pa
     assert status["reason"] == "KueueNotInstalled"
     assert "Kueue is not installed" in status["message"]
     assert "queueName" in status["message"]
+
+
+def test_cancelling_a_queued_benchmark_keeps_kueue_from_restarting_it(
+    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    gpu_queue(objects, kube_namespace, gpus=1)
+    apply(cluster, kube_namespace, queued_run("long", seconds=120))
+    wait_for(
+        "progress",
+        lambda: (
+            ((benchmark(cluster, kube_namespace, "long").get("status") or {}).get("progress") or {}).get(
+                "requestsCompleted", 0
+            )
+            > 5
+        ),
+        timeout_seconds=120,
+    )
+    cluster.request(
+        "PATCH",
+        f"/apis/batchmark.dev/v1alpha1/namespaces/{kube_namespace}/batchbenchmarks/long",
+        {"spec": {"cancel": True}},
+        "application/merge-patch+json",
+    )
+    status = wait_for_phase(cluster, kube_namespace, "long", {"Cancelled", "Failed", "Succeeded"}, 90)["status"]
+    assert status["phase"] == "Cancelled", status
+    assert status["results"][0]["requests"]["completed"] > 0
+    # Kueue would unsuspend a Job it admitted; its Workload is deactivated, so the Job stays stopped.
+    time.sleep(5)
+    job = cluster.request("GET", f"/apis/batch/v1/namespaces/{kube_namespace}/jobs/long")
+    assert job["spec"]["suspend"] is True
+    workloads = cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kube_namespace}/workloads")
+    assert [workload["spec"]["active"] for workload in workloads["items"]] == [False]
+    assert running_jobs(cluster, kube_namespace) == 0
