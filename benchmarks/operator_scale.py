@@ -9,8 +9,8 @@ With --kueue, the real Kueue (tests/cluster/kueue.py) admits them instead: a Clu
 of quota as the nodes have (16), the benchmarks queued in its LocalQueue (spec.queueName); it also records
 apply -> admitted (Kueue unsuspends the Job) and apply -> phase Succeeded.
 
-    .venv/bin/python benchmarks/operator_scale.py --benchmarks 200
-    .venv/bin/python benchmarks/operator_scale.py --benchmarks 200 --kueue
+    PYTHONPATH=. .venv/bin/python benchmarks/operator_scale.py --benchmarks 200
+    PYTHONPATH=. .venv/bin/python benchmarks/operator_scale.py --benchmarks 200 --kueue
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
         cluster.start_node_agent()
-        cluster.kubectl("apply", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
+        cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", "--timeout=120s")
         namespace = "scale"
         cluster.kubectl("create", "namespace", namespace)
         queue = None
