@@ -376,3 +376,23 @@ def _queue_conditions(observation: Observation) -> dict[str, tuple[Literal["True
         latest = workload.preemption_message or "no message"
         preempted = ("True", workload.preemption_reason or "Preempted", f"preempted by Kueue {times}; last: {latest}")
     return {"Admitted": admitted, "Preempted": preempted}
+
+
+def benchmark_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a BatchBenchmark's own changes can move its phase: the runner reporting (engine loaded, results),
+    a new generation, cancel. Progress ticks and the operator's own status writes change none of it."""
+    status = body.get("status") or {}
+    return (
+        (body.get("metadata") or {}).get("generation"),
+        bool((body.get("spec") or {}).get("cancel")),
+        status.get("phase") is None,
+        (status.get("progress") or {}).get("podName"),
+        status.get("runId"),
+    )
+
+
+def child_signature(kind: str, body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a Job's or pod's changes the status reads (JobView, PodView); other updates change no phase."""
+    if kind == "Job":
+        return (JobView.from_dict(body),)
+    return (PodView.from_dict(body),)

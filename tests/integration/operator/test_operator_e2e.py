@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -157,6 +158,7 @@ def test_lifecycle_columns_wait_events_and_results(
     )
     assert 'batchmark_operator_reconciles_total{outcome="success"}' in metrics
     assert "batchmark_operator_reconcile_duration_seconds_bucket" in metrics
+    assert re.search(r'batchmark_operator_benchmarks\{phase="Succeeded"\} [1-9]', metrics)
 
     # Deleting the resource removes what it owns, and its series.
     cluster.kubectl("delete", "bb", "simulated-throughput", "-n", kube_namespace, "--wait=true")

@@ -188,6 +188,8 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     # Ctrl-C reaches the whole process group; the main process decides how the run ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by ``EngineWorker.start``
+    # A forked worker inherits the main process's handler, which only takes note: SIGTERM must end the worker.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         _serve(conn, config, seed)
     except (BrokenPipeError, ConnectionResetError, EOFError):
