@@ -14,7 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__
-from batchmark.runner.config import BackendConfig, ConstraintConfig, DataConfig, ProfileConfig, RunConfig
+from batchmark.runner.config import (
+    MAX_SWEEP_BENCHMARKS,
+    BackendConfig,
+    ConstraintConfig,
+    CostConfig,
+    DataConfig,
+    ProfileConfig,
+    RunConfig,
+    SweepConfig,
+)
 from batchmark.runner.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
 GROUP = "batchmark.dev"
@@ -149,6 +158,17 @@ class BatchBenchmarkSpec(ApiModel):
     sample_requests: int = Field(
         default=20, ge=0, le=10000, description="Per-request records kept in the full results."
     )
+    sweep: SweepConfig | None = Field(
+        default=None,
+        description="Backend settings to run the whole profile at, in one Job and one engine load for all that"
+        f" leave the engine alone; at most {MAX_SWEEP_BENCHMARKS} benchmarks in all.",
+    )
+    slo: dict[str, float] | None = Field(
+        default=None,
+        description="Latency budget, DISTRIBUTION_STATISTIC to seconds, e.g. request_latency_p99: 2.0, ttft_p95: 0.5:"
+        " each benchmark reports whether it met every target and its goodput; the best that met it is recommended.",
+    )
+    cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
     image: str | None = Field(
         default=None, min_length=1, description=f"Runner image; default: the operator's, else {DEFAULT_IMAGE}."
     )
@@ -223,6 +243,9 @@ class BatchBenchmarkSpec(ApiModel):
                 "profile": self.profile,
                 "constraints": self.constraints,
                 "sample_requests": self.sample_requests,
+                "sweep": self.sweep,
+                "slo": self.slo or {},
+                "cost": self.cost,
             }
         )
 
