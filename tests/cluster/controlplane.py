@@ -296,7 +296,11 @@ class ControlPlane:
         return self._pki
 
     def __enter__(self) -> ControlPlane:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # __exit__ is not called when __enter__ fails: what did start must not leak
+            raise
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -377,9 +381,10 @@ class ControlPlane:
                 self.run_directory / f"{name}.kubeconfig", self.server, pki.ca.certificate, user, client=pair
             )
         write_kubeconfig(layout.kubeconfig, self.server, pki.ca.certificate, "batchmark-admin", client=pki.admin)
-        # The controller manager gives up after 10 s when the API server is not healthy yet (its RBAC bootstrap
-        # roles take longer than that on a loaded 2-core machine), so it and the scheduler start once the API
-        # server is ready.
+
+        # The controller manager gives up (exits) when the API server is not healthy to it within about 10 s,
+        # and until the API server has made its bootstrap RBAC roles it is not: on a loaded machine that
+        # takes longer. So both start once the API server is ready.
         self._wait_until(deadline, "kube-apiserver /readyz", lambda: self._get("/readyz") is not None)
         self._start_component(
             "kube-controller-manager",

@@ -149,3 +149,15 @@ def _manifest(args: argparse.Namespace, config: RunConfig) -> dict[str, Any]:
 
     document: dict[str, Any] = json.loads(json.dumps(manifest(config, args)))
     return document
+
+
+def test_integer_bounds_are_ones_the_api_server_can_read() -> None:
+    """It reads bounds as float64: a bound past 2**53 (e.g. a seed's int64 maximum) makes it refuse the CRD."""
+    too_large: list[str] = []
+
+    def visit(path: str, node: Schema) -> None:
+        if node.get("type") == "integer":
+            too_large.extend(f"{path}.{b}" for b in ("minimum", "maximum") if abs(node.get(b, 0)) > 2**53)
+
+    walk(openapi_schema(), visit)
+    assert too_large == []

@@ -61,6 +61,9 @@ _KEPT = frozenset(
 )
 
 
+_FLOAT_EXACT_INTEGERS = 2**53
+
+
 class SchemaError(ValueError):
     """The model uses something a structural schema cannot express; the message names where."""
 
@@ -127,6 +130,12 @@ class _Converter:
                 out[key] = value
             else:
                 raise SchemaError(f"{where}: JSON Schema keyword {key!r} has no structural form")
+        if out.get("type") == "integer":
+            # The API server reads bounds as float64: past 2**53 they are not integers any more and the CRD is
+            # refused. Such a bound only restates int64, which the API server enforces anyway.
+            for bound in ("minimum", "maximum"):
+                if abs(out.get(bound, 0)) > _FLOAT_EXACT_INTEGERS:
+                    del out[bound]
         if "description" not in out:
             raise SchemaError(f"{where}: every field needs a description (kubectl explain shows it)")
         if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:

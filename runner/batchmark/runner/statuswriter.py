@@ -128,7 +128,10 @@ class StatusApi:
             api = client.ApiClient()
         except ConfigException:
             configuration = client.Configuration()
-            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            # KUBECONFIG as it is now (the client reads it once, at import).
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+            )
             api = client.ApiClient(configuration)
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)

@@ -28,7 +28,15 @@ CRD_PATH = ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"
 def batchmark_crd(kube_cluster: KubeCluster) -> KubeCluster:
     """The control plane with the BatchBenchmark CRD applied and established."""
     kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    kube_cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", "--timeout=60s")
+
+    def established() -> bool:
+        condition = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+        result = kube_cluster.kubectl("get", "crd/batchbenchmarks.batchmark.dev", "-o", condition, check=False)
+        return result.stdout.strip() == "True"
+
+    wait_for("the CRD to be established", established, 60)
+    # Established is not yet served by discovery, through which kubectl resolves `bb`.
+    wait_for("bb in discovery", lambda: kube_cluster.kubectl("get", "bb", "-A", check=False).returncode == 0, 60)
     return kube_cluster
 
 
@@ -69,12 +77,13 @@ class OperatorProcess:
     metrics_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    kubeconfig: Path | None = None  # default: the cluster's admin
 
     def start(self) -> None:
         command = [sys.executable, "-m", "batchmark.runner.cli", "operator"]
         command += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         command += ["--health-address", "127.0.0.1", "--health-port", str(self.health_port)]
-        environment = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig or self.cluster.kubeconfig)}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
         wait_for("the operator's /healthz", self.healthy, timeout_seconds=60)

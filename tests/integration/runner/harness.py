@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import yaml
 # The program as installed (`batchmark` runs this module): signal handlers before the slow imports.
 BATCHMARK = [sys.executable, "-m", "batchmark.runner"]
 DATA = "kind=synthetic_text,prompt_tokens=64,output_tokens=16"
+MARKER_VARIABLE = "BATCHMARK_TEST_PROGRAM"
 
 
 def backend(**changes: object) -> str:
@@ -62,12 +64,20 @@ def _pids() -> list[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
-def session_processes(session: int) -> list[int]:
-    """Live (not zombie) processes of a session: everything the program started, unless it left the session."""
+def marked_processes(marker: str) -> list[int]:
+    """Live (not zombie) processes whose environment carries the marker: everything a program started, however
+    it regrouped them (new sessions, process groups), since children inherit the environment."""
+    needle = f"{MARKER_VARIABLE}={marker}".encode()
     found = []
     for pid in _pids():
         fields = _stat(pid)
-        if fields is not None and fields[0] != "Z" and int(fields[3]) == session:
+        if fields is None or fields[0] == "Z":
+            continue
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environment.split(b"\0"):
             found.append(pid)
     return found
 
@@ -112,6 +122,7 @@ class Program:
     def __init__(
         self, tmp_path: Path, args: list[str], env: dict[str, str] | None = None, python: Path | None = None
     ) -> None:
+        self.marker = uuid.uuid4().hex
         self._stdout = tmp_path / f"stdout-{time.monotonic_ns()}.txt"
         self._stderr = self._stdout.with_name(self._stdout.name.replace("stdout", "stderr"))
         with self._stdout.open("w") as stdout, self._stderr.open("w") as stderr:
@@ -120,7 +131,7 @@ class Program:
                 [*program, *args],
                 stdout=stdout,
                 stderr=stderr,
-                env={**os.environ, "COLUMNS": "200", **(env or {})},
+                env={**os.environ, "COLUMNS": "200", **(env or {}), MARKER_VARIABLE: self.marker},
                 start_new_session=True,
             )
         self.pid = self.process.pid
@@ -167,30 +178,29 @@ class Program:
         try:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.kill_session()
+            self.kill_descendants()
             raise
         ended = time.monotonic()
-        left = wait_for_session_to_end(self.pid)
+        left = self.wait_for_descendants_to_end()
         if left:
-            self.kill_session()
+            self.kill_descendants()
         assert not left, f"processes left behind: {[cmdline(pid) for pid in left]}"
         stdout = self._stdout.read_text(errors="replace")
         after = None if self.signalled_at is None else ended - self.signalled_at
         return Outcome(self.process.returncode, stdout, self.stderr(), after)
 
-    def kill_session(self) -> None:
-        for pid in session_processes(self.pid):
+    def wait_for_descendants_to_end(self, timeout: float = 15) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while (left := marked_processes(self.marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return left
+
+    def kill_descendants(self) -> None:
+        for pid in marked_processes(self.marker):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
-
-
-def wait_for_session_to_end(session: int, timeout: float = 15) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (left := session_processes(session)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
 
 
 def batchmark(tmp_path: Path, args: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> Outcome:
