@@ -7,6 +7,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from batchmark.runner.backend.messages import BatchReport
+from batchmark.runner.budget import RequestBudget
 from batchmark.runner.config import TransientPhaseConfig
 from batchmark.runner.engines.base import Completion
 from batchmark.runner.events import BatchEvent
@@ -129,8 +130,19 @@ class Timeline:
 class Aggregator:
     """Results of one benchmark, folded in batch by batch."""
 
-    def __init__(self, start: float, started_wall: float, first_id: int, window: Window, sample_requests: int) -> None:
+    def __init__(
+        self,
+        start: float,
+        started_wall: float,
+        first_id: int,
+        window: Window,
+        sample_requests: int,
+        budget: RequestBudget | None = None,
+    ) -> None:
         self.start = start
+        self.budget = budget if budget else None
+        self.good_requests = 0  # measured successes that met every per-request target (goodput)
+        self.good_output_tokens = 0
         self.first_id = first_id
         self.started_wall = started_wall
         self.window = window
@@ -193,10 +205,25 @@ class Aggregator:
             prompt_tokens.append(completion.prompt_tokens)
             output_tokens.append(completion.output_tokens)
             timings = completion.timings
+            request_ttft = request_tpot = math.nan
             if not math.isnan(timings.to_first_token):
-                ttft.append(entered - enqueued_at + timings.to_first_token)
+                request_ttft = entered - enqueued_at + timings.to_first_token
+                ttft.append(request_ttft)
                 if completion.output_tokens > 1 and not math.isnan(timings.decode):
-                    tpot.append(timings.decode / (completion.output_tokens - 1))
+                    request_tpot = timings.decode / (completion.output_tokens - 1)
+                    tpot.append(request_tpot)
+            if self.budget is not None and self.budget.meets(
+                {
+                    "request_latency": latency[-1],
+                    "queue_wait": queue_wait[-1],
+                    "batch_wait": batch_wait[-1],
+                    "time_to_first_token": request_ttft,
+                    # One output token has no time per output token: nothing to miss.
+                    "time_per_output_token": request_tpot if completion.output_tokens > 1 else 0.0,
+                }
+            ):
+                self.good_requests += 1
+                self.good_output_tokens += completion.output_tokens
             self._sample(self.successful_samples, completion, report, enqueued_at, size, entered)
         self.timeline.add_completions(finished, completed, errored, produced)
         if completed + errored == 0:

@@ -289,7 +289,9 @@ def test_cancel_keeps_partial_results(batchmark_operator: OperatorProcess, kube_
     found = wait_for_phase(cluster, kube_namespace, "long", {"Cancelled", "Failed", "Succeeded"}, 90)
     status = found["status"]
     assert status["phase"] == "Cancelled", status
-    assert status["results"][0]["stopReason"] == "interrupted by SIGTERM"
+    # The node agent signals the pod's whole process group (a kubelet signals the container's first process):
+    # the runner either sees the signal first ("interrupted by SIGTERM") or its engine worker's death by it.
+    assert "SIGTERM" in status["results"][0]["stopReason"]
     assert status["results"][0]["requests"]["completed"] > 0
     report = results_report(cluster, kube_namespace, "long")
     assert report is not None

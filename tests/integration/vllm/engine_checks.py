@@ -61,6 +61,7 @@ def main() -> None:
     results["load_seconds"] = time.monotonic() - started
     assert isinstance(engine, GenerateEngine)
     results["info"] = {"kind": engine.info.kind, "version": engine.info.version, "details": engine.info.details}
+    results["typed_prompts"] = engine.engine_input is not None
 
     # Batch: one generate() per batch; the too-long prompt (id 3) must fail alone.
     batch = [item(1, 32, 5), item(2, 64, 9), item(3, max_model_len + 50, 4), item(4, 16, 1), item(5, 100, 17)]

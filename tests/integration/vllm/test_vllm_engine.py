@@ -98,6 +98,9 @@ def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: Vllm
     assert (continuous[11]["output_tokens"], continuous[13]["output_tokens"]) == (12, 6)
     assert continuous[13]["prompt_tokens"] == 20
     assert checks["continuous_steps"] >= 12  # one step per token of the longest request, at least
+    # add_request got vLLM's typed EngineInput, not the raw prompt it deprecates (it warns once if it does).
+    assert checks["typed_prompts"] is True
+    assert "Passing raw prompts" not in result.stdout + result.stderr
 
     # request_format: plain keeps the exact token ids; the templates wrap the content.
     formats = checks["formats"]
@@ -144,6 +147,7 @@ def test_cli_continuous_dispatch_in_a_spawned_worker_with_a_jinja_template(
     assert report["engine"]["details"]["request_format"] == "jinja"
     # The template adds its own tokens around each 48-token content.
     assert benchmark["distributions"]["prompt_tokens"]["min"] > 48
+    assert "Passing raw prompts" not in result.stdout + result.stderr  # typed EngineInput to add_request
     # Nothing waits for a batch to fill: no batch wait, and batch_size caps what is in flight.
     assert benchmark["distributions"]["batch_wait"]["max"] == 0
 

