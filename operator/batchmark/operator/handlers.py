@@ -14,6 +14,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from batchmark.operator import kueue
 from batchmark.operator.api import GROUP, PLURAL, VERSION
 from batchmark.operator.reconcile import Reconciler
 from batchmark.operator.status import benchmark_signature, child_signature
@@ -88,5 +89,14 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
 
     kopf.on.event("batch", "v1", "jobs", labels=BENCHMARK_LABELS, registry=registry)(child_changed("Job"))
     kopf.on.event("", "v1", "pods", labels=BENCHMARK_LABELS, registry=registry)(child_changed("Pod"))
+
+    # Kueue's Workload of a queued benchmark's Job (Job name = benchmark name): admission, the reason it waits,
+    # preemption. Served from when Kueue's CRDs exist (kopf follows the CRDs).
+    @kopf.on.event(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "workloads", registry=registry)
+    def workload_changed(namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+        owners = meta.get("ownerReferences") or []
+        job = next((owner["name"] for owner in owners if owner.get("kind") == "Job"), None)
+        if job and namespace:
+            timed(lambda: reconciler.refresh(namespace, job))
 
     return registry
