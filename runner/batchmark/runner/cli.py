@@ -18,8 +18,10 @@ import yaml
 from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 from rich.console import Console
+from rich.markup import escape
 
 from batchmark.runner import __version__
+from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
 from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import WorkerFailed
 from batchmark.runner.benchmark import BenchmarkRunner
@@ -307,6 +309,8 @@ def run_command(args: argparse.Namespace, extra_observers: Sequence[RunObserver]
     try:
         try:
             runner.check()
+            if leftovers := leftover_engines_warning(engine_processes()):
+                console.print(f"[bold yellow]batchmark run: warning:[/] {escape(leftovers)}", highlight=False)
             runner.start()
             report = runner.run()
             for output in config.outputs:

@@ -16,6 +16,7 @@ import multiprocessing.connection
 import multiprocessing.context
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -25,11 +26,17 @@ from typing import Any, NamedTuple, cast
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.batcher import MicroBatcher, RequestQueue
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
+from batchmark.runner.backend.process_group import kill_group, lead_own_group, wait_group_empty
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
+# After "stop": time for the worker to finish the engine call in progress, shut the engine down (vLLM's own
+# shutdown takes ENGINE_SHUTDOWN_SECONDS at most) and exit. Past it, the worker's process group is killed.
+WORKER_EXIT_SECONDS = 10.0
+# For the rest of the group once the worker is gone (a process still exiting, or one SIGKILL just hit).
+GROUP_EXIT_SECONDS = 2.0
 
 
 class BatchReport(NamedTuple):
@@ -80,14 +87,20 @@ def mp_context_name() -> str:
 
 
 class EngineWorker:
-    """Handle in the main process on the worker process."""
+    """Handle in the main process on the worker process and every process it starts.
+
+    The worker leads its own process group (backend/process_group.py): ``close()`` returns only once every
+    process of that group has ended, within ``WORKER_EXIT_SECONDS + GROUP_EXIT_SECONDS`` of being called, and
+    the worker ends the group itself if the main process dies. That parent-death signal follows the thread
+    that started the worker: start it from a thread that outlives it (the main thread).
+    """
 
     def __init__(self, config: BackendConfig, seed: int) -> None:
         context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(mp_context_name()))
         self._conn, child_conn = context.Pipe(duplex=True)
         # Not daemonic: vLLM's engine starts processes of its own, which daemonic processes may not.
         self._process = context.Process(
-            target=serve, args=(child_conn, config, seed), name="batchmark-engine", daemon=False
+            target=serve, args=(child_conn, config, seed, os.getpid()), name="batchmark-engine", daemon=False
         )
         self._child_conn = child_conn
 
@@ -100,7 +113,7 @@ class EngineWorker:
             if message[0] == "ready":
                 return WorkerReady(info=message[1], load_seconds=message[2])
             if message[0] == "failed":
-                self._process.join(timeout=10)
+                self._exit_status(timeout=10)
                 raise WorkerFailed(message[1])
 
     def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
@@ -126,19 +139,41 @@ class EngineWorker:
                 return reports
             reports.append(message)
 
-    def close(self, grace: float = 30.0) -> None:
-        if self._process.pid is None:
+    def close(self, grace: float = WORKER_EXIT_SECONDS) -> None:
+        """Ask the worker to stop, give it ``grace`` seconds, then kill whatever is left of its group."""
+        pid = self._process.pid
+        if pid is None:
             return
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self._conn.send(("stop",))
-        self._process.join(timeout=grace)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=5)
-        if self._process.is_alive():
-            self._process.kill()
+        try:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self._conn.send(("stop",))
+            if self._exit_status(grace) is not None:
+                # A clean exit: its last processes (vLLM's, a resource tracker) may still be on their way out.
+                wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
+        finally:
+            # Until the worker is reaped its pid cannot be reused, so the group id still means its group.
+            kill_group(pid)
+            self._process.kill()  # in case it never got as far as leading its group
+            wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
             self._process.join()
-        self._conn.close()
+            self._conn.close()
+
+    def _exit_status(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` for the worker to exit, leaving it unreaped; its exit code as
+        ``Process.exitcode`` gives it (negative: killed by that signal), or None while it runs."""
+        pid = self._process.pid
+        assert pid is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # already reaped
+                return self._process.exitcode
+            if exited is not None:
+                return exited.si_status if exited.si_code == os.CLD_EXITED else -exited.si_status
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
 
     def _receive(self, timeout: float | None) -> tuple[Any, ...]:
         try:
@@ -146,31 +181,48 @@ class EngineWorker:
                 raise TimeoutError("no message from the engine worker")
             message: tuple[Any, ...] = self._conn.recv()
         except (EOFError, ConnectionResetError) as error:
-            self._process.join(timeout=5)
             raise WorkerFailed(
-                f"the engine worker process exited unexpectedly (exit code {self._process.exitcode})"
+                f"the engine worker process exited unexpectedly (exit code {self._exit_status(timeout=5)})"
             ) from error
         if message[0] == "crashed":
             raise WorkerFailed(message[1])
         return message
 
 
-def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int) -> None:
+def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int, parent_pid: int) -> None:
     """Entry point of the worker process."""
-    # Ctrl-C reaches the whole process group; the main process decides how the run ends.
+    lead_own_group(parent_pid)
+    # The main process decides how a run ends (a new session already keeps a terminal's Ctrl-C away).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     backend = VllmPythonBatchBackend(config, seed)
+    try:
+        _serve(conn, config, backend)
+    finally:
+        try:
+            # Through the engine's own API (vLLM's shutdown ends its processes); what survives it, the main
+            # process ends with the group.
+            backend.close()
+        finally:
+            conn.close()
+    # Everything the worker started has ended. The interpreter's own teardown of torch and vLLM would take
+    # seconds more (10 s seen on two busy cores) and free nothing that exiting does not.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _serve(
+    conn: multiprocessing.connection.Connection, config: BackendConfig, backend: VllmPythonBatchBackend
+) -> None:
     try:
         backend.validate()
     except Exception as error:
         conn.send(("failed", f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
-        conn.close()
         return
     engine = backend._ensure_engine()
     if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
         message = f"backend.dispatch=continuous: the {config.engine} engine cannot take requests while running"
         conn.send(("failed", message))
-        conn.close()
         return
     conn.send(("ready", engine.info, backend.load_seconds))
     queue: RequestQueue[WorkItem]
@@ -192,8 +244,6 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     except Exception:
         with send_lock:
             conn.send(("crashed", traceback.format_exc()))
-    finally:
-        conn.close()
 
 
 def _receive_requests(

@@ -65,6 +65,10 @@ class Engine(Protocol):
         """Run the batch; a request that fails fails alone, the rest complete."""
         ...
 
+    def close(self) -> None:
+        """Shut the engine down and end the processes it started."""
+        ...
+
 
 @runtime_checkable
 class ContinuousEngine(Protocol):
@@ -119,7 +123,8 @@ class GenerateEngine:
 
     Where the object also has vLLM's ``llm_engine`` (``add_request``, ``step``), it serves continuous dispatch
     too: requests go in under our own ids (``str(request_id)``) and come back matched by them. vLLM's ``LLM``
-    is not thread-safe, so the caller keeps every call on one thread.
+    is not thread-safe, so the caller keeps every call on one thread. ``shutdown`` ends the engine (and the
+    processes it started); ``close`` calls it once.
     """
 
     def __init__(
@@ -128,12 +133,19 @@ class GenerateEngine:
         prompts: PromptBuilder,
         sampling_params: Callable[[RequestSpec], Any],
         info: EngineInfo,
+        shutdown: Callable[[], None] | None = None,
     ) -> None:
         self.llm = llm
         self.prompts = prompts
         self.sampling_params = sampling_params
         self.info = info
+        self._shutdown = shutdown
         self._pending: dict[str, WorkItem] = {}
+
+    def close(self) -> None:
+        shutdown, self._shutdown = self._shutdown, None
+        if shutdown is not None:
+            shutdown()
 
     # --- continuous dispatch: vLLM's LLMEngine step API ---
 
