@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from batchmark.runner.aggregator import Aggregator, Window
-from batchmark.runner.backend.worker import BatchReport
+from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.config import RunConfig
 from batchmark.runner.engines.base import NO_TIMINGS, Completion
 from batchmark.runner.events import BatchEvent

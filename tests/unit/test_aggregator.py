@@ -3,7 +3,7 @@
 import pytest
 
 from batchmark.runner.aggregator import TIMELINE_BUCKETS, Aggregator, Timeline, Window
-from batchmark.runner.backend.worker import BatchReport
+from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.config import TransientPhaseConfig
 from batchmark.runner.engines.base import NO_TIMINGS, Completion
 from batchmark.runner.events import BatchEvent

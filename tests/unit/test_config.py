@@ -76,3 +76,15 @@ def test_cooldown_needs_something_to_count_back_from() -> None:
 def test_transient_phase_reads_guidellm_numbers(value: object, expected: dict[str, float]) -> None:
     phase = TransientPhaseConfig.model_validate(value)
     assert {key: val for key, val in phase.model_dump().items() if val is not None} == expected
+
+
+@pytest.mark.parametrize("name", ["a" * 63, "qwen3-0.6b_batch.8", "A1"])
+def test_name_accepts_kubernetes_label_values(name: str) -> None:
+    assert RunConfig.model_validate({**BASE, "name": name}).name == name
+
+
+@pytest.mark.parametrize("name", ["a" * 64, "-leading", "trailing.", "has space", "slash/ed", ""])
+def test_name_refuses_what_is_not_a_label_value(name: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        RunConfig.model_validate({**BASE, "name": name})
+    assert caught.value.errors()[0]["loc"] == ("name",)

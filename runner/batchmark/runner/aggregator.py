@@ -6,7 +6,7 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from batchmark.runner.backend.worker import BatchReport
+from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.config import TransientPhaseConfig
 from batchmark.runner.engines.base import Completion
 from batchmark.runner.events import BatchEvent

@@ -15,7 +15,8 @@ from typing import Any
 from batchmark.runner import __version__
 from batchmark.runner.aggregator import Aggregator, Window
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
-from batchmark.runner.backend.worker import BatchReport, EngineWorker, WorkerReady
+from batchmark.runner.backend.messages import BatchReport
+from batchmark.runner.backend.worker import EngineWorker, WorkerReady
 from batchmark.runner.config import (
     MaxDurationConstraint,
     MaxErrorRateConstraint,
@@ -196,8 +197,8 @@ class _Execution:
             if self.issued < cap and len(self.in_flight) < limit:
                 timeout = min(timeout, next_due - now)
             for message in self.worker.receive(max(timeout, 0.0)):
-                if message[0] == "batch":
-                    self._on_batch(message[1], aggregator)
+                if isinstance(message, BatchReport):
+                    self._on_batch(message, aggregator)
             now = time.monotonic()
             end = now
             stop_reason = self._stop_reason(aggregator, now, deadline, cap)

@@ -317,8 +317,11 @@ class RunConfig(ConfigModel):
 
     name: str = Field(
         default="benchmark",
-        pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,126}[a-zA-Z0-9])?$",
-        description="Name of the benchmark, used in labels and file names.",
+        pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$",
+        description=(
+            "Name of the benchmark, used in labels and file names: a Kubernetes label value (letters, digits,"
+            " '-', '_' and '.', at most 63 characters, starting and ending with a letter or digit)."
+        ),
     )
     backend: BackendConfig = Field(description="The backend and the engine behind it.")
     data: DataConfig = Field(description="The requests to send.")

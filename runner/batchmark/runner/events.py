@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from batchmark.runner.backend.worker import BatchReport
+from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.profiles import Strategy
 from batchmark.runner.results import BenchmarkResult, RunReport

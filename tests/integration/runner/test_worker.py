@@ -8,7 +8,8 @@ import time
 import pytest
 
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
-from batchmark.runner.backend.worker import BatchReport, EngineWorker
+from batchmark.runner.backend.messages import BatchReport
+from batchmark.runner.backend.worker import EngineWorker
 from batchmark.runner.config import VllmPythonBatchBackendConfig
 from batchmark.runner.data import RequestSpec
 
@@ -31,7 +32,7 @@ def collect(worker: EngineWorker, expected: int, timeout: float = 30) -> list[Ba
     reports: list[BatchReport] = []
     deadline = time.monotonic() + timeout
     while sum(len(r.completions) for r in reports) < expected and time.monotonic() < deadline:
-        reports += [message[1] for message in worker.receive(0.5) if message[0] == "batch"]
+        reports += [message for message in worker.receive(0.5) if isinstance(message, BatchReport)]
     return reports
 
 
@@ -86,7 +87,7 @@ def test_drain_drops_the_queue_and_waits_for_the_running_batch() -> None:
         after = collect(worker, 4)
     finally:
         worker.close()
-    ran = sum(len(message[1].completions) for message in finished_while_draining)
+    ran = sum(len(report.completions) for report in finished_while_draining)
     assert 0 < ran < 40  # the batch in progress finished; the queued rest was dropped
     assert [c.request_id for r in after for c in r.completions] == [100, 101, 102, 103]
 

@@ -15,6 +15,7 @@ import threading
 import time
 
 from batchmark.runner.backend.batcher import RequestQueue
+from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.engines.base import Completion, ContinuousEngine, WorkItem
 
 
@@ -42,9 +43,6 @@ def dispatch_continuously(
     max_in_flight: int,
 ) -> None:
     """The engine thread: add waiting requests while seats are free, step, report what finished."""
-    # Imported here: worker imports this module, and BatchReport lives there.
-    from batchmark.runner.backend.worker import BatchReport  # noqa: PLC0415
-
     report_id = 0
     dispatched: dict[int, float] = {}  # request id -> when it entered the engine
     period_start: float | None = None  # start of the busy time the next report covers
@@ -63,7 +61,7 @@ def dispatch_continuously(
             engine_batch=running,
         )
         with send_lock:
-            conn.send(("batch", report))
+            conn.send(report)
         report_id += 1
 
     while True:

@@ -21,52 +21,34 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import cast
 
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.batcher import MicroBatcher, RequestQueue
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
+from batchmark.runner.backend.messages import (
+    BatchReport,
+    Crashed,
+    Drain,
+    Drained,
+    FromWorker,
+    LoadFailed,
+    Ready,
+    Stop,
+    Submit,
+    ToWorker,
+)
 from batchmark.runner.backend.process_group import kill_group, lead_own_group, wait_group_empty
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
-# After "stop": time for the worker to finish the engine call in progress, shut the engine down (vLLM's own
+# After Stop: time for the worker to finish the engine call in progress, shut the engine down (vLLM's own
 # shutdown takes ENGINE_SHUTDOWN_SECONDS at most) and exit. Past it, the worker's process group is killed.
 WORKER_EXIT_SECONDS = 10.0
 # For the rest of the group once the worker is gone (a process still exiting, or one SIGKILL just hit).
 GROUP_EXIT_SECONDS = 2.0
-
-
-class BatchReport(NamedTuple):
-    """One finished micro-batch, timed on ``time.monotonic()``."""
-
-    batch_id: int
-    full: bool
-    closed_at: float  # when the batch was complete: filled, or its timeout passed
-    started_at: float  # generate() began
-    finished_at: float  # generate() returned
-    completions: list[Completion]
-    queue_depth: int  # requests waiting in the worker when the batch finished
-    # Continuous dispatch only: when each completion's request entered the engine (None: at started_at). There
-    # a report is the requests one engine step finished, and covers the busy time since the previous report.
-    dispatched: list[float] | None = None
-    # Continuous dispatch only: requests the engine was running in the step that produced the report, i.e. its
-    # effective batch size (0: no step ran, the report only carries requests the engine refused).
-    engine_batch: int | None = None
-
-    @property
-    def effective_batch_size(self) -> int:
-        return self.engine_batch if self.engine_batch is not None else len(self.completions)
-
-    def dispatch_times(self) -> list[float]:
-        """When each completion's request entered the engine."""
-        return self.dispatched if self.dispatched is not None else [self.started_at] * len(self.completions)
-
-    def batch_wait(self, enqueued_at: float) -> float:
-        """Time a request waited for its batch to be complete; continuous dispatch has no batch to wait for."""
-        return 0.0 if self.dispatched is not None else max(0.0, self.closed_at - enqueued_at)
 
 
 @dataclass
@@ -90,9 +72,9 @@ class EngineWorker:
     """Handle in the main process on the worker process and every process it starts.
 
     The worker leads its own process group (backend/process_group.py): ``close()`` returns only once every
-    process of that group has ended, within ``WORKER_EXIT_SECONDS + GROUP_EXIT_SECONDS`` of being called, and
-    the worker ends the group itself if the main process dies. That parent-death signal follows the thread
-    that started the worker: start it from a thread that outlives it (the main thread).
+    process of that group has ended, within ``WORKER_EXIT_SECONDS + 2 * GROUP_EXIT_SECONDS`` of being called,
+    and the worker ends the group itself if the main process dies. That parent-death signal follows the
+    thread that started the worker: start it from a thread that outlives it (the main thread).
     """
 
     def __init__(self, config: BackendConfig, seed: int) -> None:
@@ -110,18 +92,18 @@ class EngineWorker:
         self._child_conn.close()
         while True:
             message = self._receive(timeout=None)
-            if message[0] == "ready":
-                return WorkerReady(info=message[1], load_seconds=message[2])
-            if message[0] == "failed":
+            if isinstance(message, Ready):
+                return WorkerReady(info=message.info, load_seconds=message.load_seconds)
+            if isinstance(message, LoadFailed):
                 self._exit_status(timeout=10)
-                raise WorkerFailed(message[1])
+                raise WorkerFailed(message.message)
 
     def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
-        self._conn.send(("submit", requests))
+        self._send(Submit(requests))
 
-    def receive(self, timeout: float | None) -> list[tuple[Any, ...]]:
+    def receive(self, timeout: float | None) -> list[FromWorker]:
         """Every message waiting, after waiting up to ``timeout`` for the first."""
-        messages: list[tuple[Any, ...]] = []
+        messages: list[FromWorker] = []
         if not self._conn.poll(timeout):
             return messages
         while True:
@@ -129,15 +111,16 @@ class EngineWorker:
             if not self._conn.poll(0):
                 return messages
 
-    def drain(self) -> list[tuple[Any, ...]]:
+    def drain(self) -> list[BatchReport]:
         """Drop queued requests, wait for the batch in progress; returns its reports."""
-        self._conn.send(("drain",))
-        reports: list[tuple[Any, ...]] = []
+        self._send(Drain())
+        reports: list[BatchReport] = []
         while True:
             message = self._receive(timeout=None)
-            if message[0] == "drained":
+            if isinstance(message, Drained):
                 return reports
-            reports.append(message)
+            if isinstance(message, BatchReport):
+                reports.append(message)
 
     def close(self, grace: float = WORKER_EXIT_SECONDS) -> None:
         """Ask the worker to stop, give it ``grace`` seconds, then kill whatever is left of its group."""
@@ -146,7 +129,7 @@ class EngineWorker:
             return
         try:
             with contextlib.suppress(BrokenPipeError, OSError):
-                self._conn.send(("stop",))
+                self._send(Stop())
             if self._exit_status(grace) is not None:
                 # A clean exit: its last processes (vLLM's, a resource tracker) may still be on their way out.
                 wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
@@ -175,17 +158,20 @@ class EngineWorker:
                 return None
             time.sleep(0.02)
 
-    def _receive(self, timeout: float | None) -> tuple[Any, ...]:
+    def _send(self, message: ToWorker) -> None:
+        self._conn.send(message)
+
+    def _receive(self, timeout: float | None) -> FromWorker:
         try:
             if timeout is not None and not self._conn.poll(timeout):
                 raise TimeoutError("no message from the engine worker")
-            message: tuple[Any, ...] = self._conn.recv()
+            message: FromWorker = self._conn.recv()
         except (EOFError, ConnectionResetError) as error:
             raise WorkerFailed(
                 f"the engine worker process exited unexpectedly (exit code {self._exit_status(timeout=5)})"
             ) from error
-        if message[0] == "crashed":
-            raise WorkerFailed(message[1])
+        if isinstance(message, Crashed):
+            raise WorkerFailed(message.traceback)
         return message
 
 
@@ -217,14 +203,14 @@ def _serve(
     try:
         backend.validate()
     except Exception as error:
-        conn.send(("failed", f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
+        conn.send(LoadFailed(f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
         return
     engine = backend._ensure_engine()
     if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
         message = f"backend.dispatch=continuous: the {config.engine} engine cannot take requests while running"
-        conn.send(("failed", message))
+        conn.send(LoadFailed(message))
         return
-    conn.send(("ready", engine.info, backend.load_seconds))
+    conn.send(Ready(engine.info, backend.load_seconds or 0.0))
     queue: RequestQueue[WorkItem]
     if config.dispatch == "continuous":
         queue = AdmissionQueue()
@@ -243,7 +229,7 @@ def _serve(
             _dispatch_batches(conn, backend, queue, send_lock)
     except Exception:
         with send_lock:
-            conn.send(("crashed", traceback.format_exc()))
+            conn.send(Crashed(traceback.format_exc()))
 
 
 def _receive_requests(
@@ -251,19 +237,18 @@ def _receive_requests(
 ) -> None:
     while True:
         try:
-            message = conn.recv()
+            message: ToWorker = conn.recv()
         except (EOFError, OSError):
             batcher.close()
             return
-        kind = message[0]
-        if kind == "submit":
+        if isinstance(message, Submit):
             now = time.monotonic()
-            batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message[1])
-        elif kind == "drain":
+            batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message.requests)
+        elif isinstance(message, Drain):
             batcher.drain()
             with send_lock:
-                conn.send(("drained",))
-        elif kind == "stop":
+                conn.send(Drained())
+        elif isinstance(message, Stop):
             batcher.close()
             return
 
@@ -285,6 +270,6 @@ def _dispatch_batches(
         finished = time.monotonic()
         report = BatchReport(batch_id, batch.full, batch.closed_at, started, finished, completions, len(batcher))
         with send_lock:
-            conn.send(("batch", report))
+            conn.send(report)
         batcher.task_done()
         batch_id += 1

@@ -1,0 +1,211 @@
+"""A compact summary of a run: what a BatchBenchmark's status and the pod's termination message carry.
+
+The full report (samples, CDF points, timelines) is far too large for a resource's status (a 10-point sweep is
+~700 KB); this keeps one small entry per benchmark with its headline figures, in camelCase as Kubernetes
+writes field names. The termination message is capped at 4 KiB by the kubelet: ``termination_message``
+drops fields, then benchmarks, until the JSON fits, so it is always whole, parseable JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from batchmark.runner.results import BenchmarkResult, EngineSummary, RunReport
+
+TERMINATION_MESSAGE_LIMIT = 4096
+
+
+class SummaryModel(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, validate_by_name=True, validate_by_alias=True, frozen=True
+    )
+
+
+class RequestTotals(SummaryModel):
+    """Request counts of one benchmark."""
+
+    completed: int = Field(description="Requests that finished successfully inside the measured window.")
+    errored: int = Field(description="Requests that failed inside the measured window.")
+    incomplete: int = Field(default=0, description="Requests still in flight when the benchmark stopped.")
+
+
+class BenchmarkSummary(SummaryModel):
+    """One benchmark's headline figures; every figure but the strategy may be left out to save space."""
+
+    strategy: str = Field(description="Strategy label, e.g. throughput x512 or constant@5/s.")
+    stop_reason: str | None = Field(default=None, description="Which constraint (or signal) ended the benchmark.")
+    requests: RequestTotals | None = Field(default=None, description="Request counts.")
+    requests_per_second: float | None = Field(default=None, description="Completed requests per second.")
+    output_tokens_per_second: float | None = Field(default=None, description="Generated tokens per second.")
+    prompt_tokens_per_second: float | None = Field(default=None, description="Prompt tokens per second.")
+    total_tokens_per_second: float | None = Field(default=None, description="Prompt and generated tokens per second.")
+    latency_p50_seconds: float | None = Field(default=None, description="Median request latency, seconds.")
+    latency_p90_seconds: float | None = Field(default=None, description="90th percentile request latency, seconds.")
+    latency_p99_seconds: float | None = Field(default=None, description="99th percentile request latency, seconds.")
+    ttft_p50_seconds: float | None = Field(default=None, description="Median time to first token, seconds.")
+    ttft_p99_seconds: float | None = Field(default=None, description="99th percentile time to first token, seconds.")
+    tpot_p50_seconds: float | None = Field(default=None, description="Median time per output token, seconds.")
+    mean_batch_size: float | None = Field(default=None, description="Mean effective batch size.")
+    engine_utilization: float | None = Field(
+        default=None, description="Share of the measured window the engine was busy, 0 to 1."
+    )
+
+
+class EngineStatus(SummaryModel):
+    """The engine that ran."""
+
+    kind: str = Field(description="vllm or simulated.")
+    simulated: bool = Field(description="True when timings come from the simulated engine's model, not a GPU.")
+    model: str = Field(description="Model loaded.")
+    version: str | None = Field(default=None, description="vLLM version, where vLLM ran.")
+    gpu_name: str | None = Field(default=None, description="Device name (the modelled one when simulated).")
+    load_seconds: float | None = Field(default=None, description="Engine load time, outside every timed phase.")
+
+
+class RunSummary(SummaryModel):
+    """What the runner leaves in its termination message: enough to fill the status without the API server."""
+
+    run_id: str = Field(description="Unique id of the run.")
+    complete: bool = Field(description="False when the run was interrupted before its end.")
+    engine: EngineStatus | None = Field(default=None, description="The engine that ran.")
+    results: list[BenchmarkSummary] = Field(description="One entry per benchmark, in run order.")
+    omitted_benchmarks: int = Field(
+        default=0, description="Benchmarks left out to fit the termination message (the results ConfigMap has all)."
+    )
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else float(f"{value:.{digits}g}")
+
+
+def engine_status(engine: EngineSummary) -> EngineStatus:
+    return EngineStatus(
+        kind=engine.kind,
+        simulated=engine.simulated,
+        model=engine.model,
+        version=engine.version,
+        gpu_name=engine.gpu_name,
+        load_seconds=_round(engine.load_seconds, 4),
+    )
+
+
+def benchmark_summary(result: BenchmarkResult) -> BenchmarkSummary:
+    distributions = result.distributions
+    return BenchmarkSummary(
+        strategy=result.strategy,
+        stop_reason=result.stop_reason,
+        requests=RequestTotals(
+            completed=result.requests.completed,
+            errored=result.requests.errored,
+            incomplete=result.requests.incomplete,
+        ),
+        requests_per_second=_round(result.throughput.requests_per_second),
+        output_tokens_per_second=_round(result.throughput.output_tokens_per_second),
+        prompt_tokens_per_second=_round(result.throughput.prompt_tokens_per_second),
+        total_tokens_per_second=_round(result.throughput.total_tokens_per_second),
+        latency_p50_seconds=_round(distributions.request_latency.median),
+        latency_p90_seconds=_round(distributions.request_latency.p90),
+        latency_p99_seconds=_round(distributions.request_latency.p99),
+        ttft_p50_seconds=_round(distributions.time_to_first_token.median),
+        ttft_p99_seconds=_round(distributions.time_to_first_token.p99),
+        tpot_p50_seconds=_round(distributions.time_per_output_token.median),
+        mean_batch_size=_round(distributions.batch_size.mean),
+        engine_utilization=_round(result.engine_utilization),
+    )
+
+
+def run_summary(report: RunReport) -> RunSummary:
+    return RunSummary(
+        run_id=report.run_id,
+        complete=report.complete,
+        engine=engine_status(report.engine),
+        results=[benchmark_summary(result) for result in report.benchmarks],
+    )
+
+
+# What survives as the message must shrink, most useful last: each level keeps fewer figures per benchmark.
+_DEGRADED_FIELDS: tuple[frozenset[str], ...] = (
+    frozenset(BenchmarkSummary.model_fields),
+    frozenset(
+        {
+            "strategy",
+            "stop_reason",
+            "requests",
+            "requests_per_second",
+            "output_tokens_per_second",
+            "total_tokens_per_second",
+            "latency_p50_seconds",
+            "latency_p99_seconds",
+            "ttft_p99_seconds",
+            "engine_utilization",
+        }
+    ),
+    frozenset({"strategy", "requests_per_second", "output_tokens_per_second", "latency_p50_seconds"}),
+    frozenset({"strategy", "output_tokens_per_second"}),
+)
+
+
+def summary_json(summary: RunSummary) -> str:
+    """Compact JSON, camelCase, without the figures left out."""
+    return summary.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def fit_summary(summary: RunSummary, limit: int = TERMINATION_MESSAGE_LIMIT) -> RunSummary:
+    """The most complete summary whose JSON is at most ``limit`` bytes: fewer fields, then fewer benchmarks.
+
+    Benchmarks are dropped from the middle of a sweep first: its synchronous and throughput ends bound the
+    rest. The engine goes last but one; a summary of no benchmark always fits.
+    """
+    for engine in (summary.engine, None):
+        for fields in _DEGRADED_FIELDS:
+            reduced = [_keep(result, fields) for result in summary.results]
+            for kept in _shrinking(reduced):
+                candidate = summary.model_copy(
+                    update={
+                        "engine": engine,
+                        "results": kept,
+                        "omitted_benchmarks": summary.omitted_benchmarks + len(reduced) - len(kept),
+                    }
+                )
+                if len(summary_json(candidate).encode()) <= limit:
+                    return candidate
+                if fields is not _DEGRADED_FIELDS[-1]:
+                    break  # fewer fields first; benchmarks go only once the fields are down to the minimum
+    return summary.model_copy(update={"engine": None, "results": [], "omitted_benchmarks": len(summary.results)})
+
+
+def termination_message(report: RunReport, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
+    """The run's summary as JSON of at most ``limit`` bytes, for the container's termination message."""
+    return summary_json(fit_summary(run_summary(report), limit))
+
+
+def _keep(result: BenchmarkSummary, fields: frozenset[str]) -> BenchmarkSummary:
+    return BenchmarkSummary.model_validate(
+        {name: getattr(result, name) for name in fields if getattr(result, name) is not None}
+    )
+
+
+def _shrinking(results: Sequence[BenchmarkSummary]) -> list[list[BenchmarkSummary]]:
+    """All of them, then one fewer at a time, removed from the middle outwards."""
+    kept = list(results)
+    versions = [list(kept)]
+    while kept:
+        kept.pop(len(kept) // 2 if len(kept) > 2 else len(kept) - 1)
+        versions.append(list(kept))
+    return versions
+
+
+def parse_summary(text: str) -> RunSummary | None:
+    """A termination message read back, or None when it is not a summary (e.g. the log tail of a crash)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    try:
+        return RunSummary.model_validate(data)
+    except ValueError:
+        return None
