@@ -111,20 +111,22 @@ def engine_processes() -> list[EngineProcess]:
 
 
 def leftover_engines_warning(processes: list[EngineProcess]) -> str | None:
-    """What to tell a user whose machine still runs vLLM engine processes before a run starts."""
+    """What to tell a user whose machine already runs vLLM engine processes when a run starts."""
     if not processes:
         return None
     total = sum(process.rss_bytes for process in processes)
     listed = ", ".join(
-        f"{process.title} (pid {process.pid}, {_gib(process.rss_bytes)}{', no parent' if process.orphaned else ''})"
+        f"{process.title} (pid {process.pid}, {_gib(process.rss_bytes)}"
+        f"{', orphaned: left by a program that ended' if process.orphaned else ''})"
         for process in processes
     )
     pids = " ".join(str(process.pid) for process in processes)
+    many = len(processes) > 1
     return (
-        f"{len(processes)} vLLM engine process{'es' if len(processes) > 1 else ''} of an earlier run "
-        f"{'are' if len(processes) > 1 else 'is'} still running and hold{'' if len(processes) > 1 else 's'} "
-        f"{_gib(total)} of memory (and, on a GPU, their share of it): {listed}. This run's engine may not find "
-        f"the memory for its KV cache. If nothing else of yours uses them, end them with: kill {pids}"
+        f"{len(processes)} vLLM engine process{'es are' if many else ' is'} already running and "
+        f"hold{'' if many else 's'} {_gib(total)} of memory (on a GPU, also {'their' if many else 'its'} share "
+        f"of the GPU's): {listed}. This run's engine may not find the memory for its KV cache. If they are "
+        f"left over from an earlier run, end them with: kill {pids}"
     )
 
 

@@ -146,6 +146,9 @@ class EngineWorker:
         ``Process.exitcode`` gives it (negative: killed by that signal), or None while it runs."""
         pid = self._process.pid
         assert pid is not None
+        if not hasattr(os, "waitid"):  # macOS: reaping it is the only way to wait
+            self._process.join(timeout)
+            return self._process.exitcode
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -197,9 +200,7 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     os._exit(0)
 
 
-def _serve(
-    conn: multiprocessing.connection.Connection, config: BackendConfig, backend: VllmPythonBatchBackend
-) -> None:
+def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, backend: VllmPythonBatchBackend) -> None:
     try:
         backend.validate()
     except Exception as error:
