@@ -47,7 +47,7 @@ class ClusterBinariesMissingError(ClusterError):
     """The Kubernetes binaries or etcd are not installed; `tests/cluster/setup` installs them."""
 
 
-def _pinned_version(go_mod: Path, module: str) -> str:
+def pinned_version(go_mod: Path, module: str) -> str:
     match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod.read_text(), re.MULTILINE)
     if match is None:
         raise ClusterError(f"{go_mod} does not require {module}")
@@ -56,12 +56,12 @@ def _pinned_version(go_mod: Path, module: str) -> str:
 
 def kubernetes_version() -> str:
     """The Kubernetes release the tools module pins, e.g. v1.37.2."""
-    return _pinned_version(CLUSTER_DIRECTORY / "go" / "kube" / "go.mod", "k8s.io/kubernetes")
+    return pinned_version(CLUSTER_DIRECTORY / "go" / "kube" / "go.mod", "k8s.io/kubernetes")
 
 
 def helm_version() -> str:
     """The Helm release the helm module pins."""
-    return _pinned_version(CLUSTER_DIRECTORY / "go" / "helm" / "go.mod", "helm.sh/helm/v4")
+    return pinned_version(CLUSTER_DIRECTORY / "go" / "helm" / "go.mod", "helm.sh/helm/v4")
 
 
 def cache_directory() -> Path:
@@ -107,7 +107,7 @@ def locate_binaries() -> Binaries:
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -323,7 +323,7 @@ class ControlPlane:
         # A failed earlier attempt leaves etcd data bound to that attempt's peer URL.
         shutil.rmtree(self.run_directory / "etcd", ignore_errors=True)
         self._pki = make_cluster_pki(layout.pki_directory)
-        etcd_client_port, etcd_peer_port, apiserver_port = _free_port(), _free_port(), _free_port()
+        etcd_client_port, etcd_peer_port, apiserver_port = free_port(), free_port(), free_port()
         self.server = f"https://127.0.0.1:{apiserver_port}"
 
         self._start_component(

@@ -10,14 +10,22 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import NoReturn
 
 import pytest
 
 from tests.cluster.controlplane import ClusterBinariesMissingError, ControlPlane, locate_binaries
+from tests.cluster.kueue import Kueue, locate_kueue
 
 # What tests see: the control plane, with `kubeconfig`, `server`, `api_client()`, `kubectl()`, `helm()`,
 # `start_node_agent()`, `stop_node_agent()` and `node_names`.
 KubeCluster = ControlPlane
+
+
+def _skip_or_fail(error: ClusterBinariesMissingError) -> NoReturn:
+    if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
+        pytest.fail(str(error))
+    pytest.skip(str(error))
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +34,7 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
     try:
         binaries = locate_binaries()
     except ClusterBinariesMissingError as error:
-        if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
+        _skip_or_fail(error)
     # Under pytest's temporary folder, which keeps the logs of the last runs for post-mortems.
     control_plane = ControlPlane(tmp_path_factory.mktemp("kube-cluster"), binaries)
     try:
@@ -48,3 +54,20 @@ def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     )
     yield name
     kube_cluster.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="session")
+def kueue(kube_cluster: KubeCluster) -> Iterator[Kueue]:
+    """Kueue's manager running against the session's control plane, its CRDs installed, from the first test
+    that asks for it to the end of the session. Its cluster-scoped objects (ClusterQueues, ResourceFlavors,
+    WorkloadPriorityClasses) are shared by all tests: each test names its own uniquely and deletes them."""
+    try:
+        binaries = locate_kueue()
+    except ClusterBinariesMissingError as error:
+        _skip_or_fail(error)
+    manager = Kueue(kube_cluster, binaries)
+    try:
+        manager.start()
+        yield manager
+    finally:
+        manager.stop()

@@ -152,6 +152,23 @@ def _issue(
     return pair
 
 
+def make_serving_pair(directory: Path, file_stem: str, common_name: str) -> CertificatePair:
+    """A serving certificate for localhost and 127.0.0.1, issued by a CA of its own (in `directory/ca/`), for a
+    local server such as a webhook server that must have a certificate although no client calls it."""
+    ca_directory = directory / "ca"
+    ca_directory.mkdir(parents=True, exist_ok=True)
+    _, ca_key, ca_certificate = _make_ca(ca_directory)
+    return _issue(
+        directory,
+        file_stem,
+        _name(common_name),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        ca_key=ca_key,
+        ca_certificate=ca_certificate,
+        alternative_names=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))],
+    )
+
+
 def make_cluster_pki(directory: Path) -> ClusterPki:
     """Write a new CA, the serving and client certificates, and the service-account key pair."""
     directory.mkdir(parents=True, exist_ok=True)

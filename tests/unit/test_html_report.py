@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -19,9 +20,10 @@ from batchmark.runner.htmlreport.render import (
     render_report,
     throughput_points,
 )
+from batchmark.runner.outputs import load_report, report_csv, write_report
 from batchmark.runner.results import RunReport
 from batchmark.runner.stats import CDF_LEVELS, Distribution
-from tests.unit.observability_data import simple_report, sweep_report
+from tests.unit.observability_data import report, simple_report, sweep_report
 
 
 @pytest.mark.parametrize(("low", "high"), [(0, 1), (0, 0.0137), (3, 7.2), (0, 152_456.7), (0.001, 0.0011), (5, 5)])
@@ -129,3 +131,16 @@ def test_throughput_bins_keep_every_token_and_span_several_batches() -> None:
         group = timeline[index * merge : (index + 1) * merge]
         tokens += rate * sum(point.width for point in group)
     assert tokens == pytest.approx(sum(point.output_tokens for point in timeline))
+
+
+def test_a_result_without_benchmarks_renders_in_every_format(tmp_path: Path) -> None:
+    """A run stopped before its first benchmark (a signal while the engine loads) still writes every output."""
+    empty = report([]).model_copy(update={"complete": False, "stop_reason": "interrupted by SIGTERM"})
+    html = render_report(empty)
+    assert "No benchmark ran" in html
+    assert "INCOMPLETE: interrupted by SIGTERM" in html
+    assert report_csv(empty).splitlines() == ["name,run_id,engine,model,batch_size"]
+    for suffix in (".json", ".yaml"):
+        path = tmp_path / f"r{suffix}"
+        write_report(empty, path)
+        assert load_report(path) == empty

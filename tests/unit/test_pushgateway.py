@@ -65,3 +65,16 @@ def test_an_unreachable_gateway_is_retried_with_back_off_then_reported() -> None
     assert outcome.delays == [0.01, 0.02]
     assert outcome.error is not None
     assert "refused" in outcome.error.lower()
+
+
+def test_a_stopping_process_makes_no_further_attempt() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    slept: list[float] = []
+    outcome = push_results(
+        f"http://127.0.0.1:{port}", "unit", simple_report(), attempts=4, sleep=slept.append, give_up=lambda: True
+    )
+    assert not outcome.ok
+    assert outcome.attempts == 1
+    assert slept == []

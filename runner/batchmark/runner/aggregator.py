@@ -63,22 +63,7 @@ class Window:
 def _phase(
     phase: TransientPhaseConfig | None, max_requests: int | None, max_seconds: float | None
 ) -> tuple[int, float]:
-    """GuideLLM's default preference: a bare number means seconds when the run has a duration."""
-    if phase is None:
-        return 0, 0.0
-    if phase.requests is not None:
-        return phase.requests, 0.0
-    if phase.seconds is not None:
-        return 0, phase.seconds
-    if max_seconds is not None:
-        if phase.fraction is not None:
-            return 0, phase.fraction * max_seconds
-        return 0, float(phase.amount or 0)
-    if max_requests is not None:
-        if phase.fraction is not None:
-            return int(phase.fraction * max_requests), 0.0
-        return int(phase.amount or 0), 0.0
-    return 0, 0.0
+    return (0, 0.0) if phase is None else phase.resolve(max_requests, max_seconds)
 
 
 class Timeline:

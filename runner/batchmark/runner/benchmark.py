@@ -6,7 +6,6 @@ import datetime
 import math
 import platform
 import sys
-import threading
 import time
 import uuid
 from collections import deque
@@ -16,7 +15,7 @@ from batchmark.runner import __version__
 from batchmark.runner.aggregator import Aggregator, Window
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.messages import BatchReport
-from batchmark.runner.backend.worker import EngineWorker, WorkerReady
+from batchmark.runner.backend.worker import EngineWorker, WorkerFailed, WorkerReady
 from batchmark.runner.config import (
     MaxDurationConstraint,
     MaxErrorRateConstraint,
@@ -30,54 +29,76 @@ from batchmark.runner.data import RequestSpec, SyntheticText
 from batchmark.runner.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.profiles import Strategy, initial_strategies, sweep_rates
 from batchmark.runner.results import BenchmarkResult, EngineSummary, RunReport
+from batchmark.runner.shutdown import StopFlag
 
 PROGRESS_INTERVAL = 0.25
 
 
 class BenchmarkRunner:
-    """Owns the engine worker for a whole run; ``start`` loads the engine, ``run`` times the benchmarks."""
+    """Owns the engine worker for a whole run; ``start`` loads the engine, ``run`` times the benchmarks.
+
+    Neither loses what was measured: a stop request (a signal) or the engine failing ends the run early, and
+    ``run`` still returns the report of the benchmarks so far, marked incomplete with the reason.
+    """
 
     def __init__(
         self,
         config: RunConfig,
         observers: list[RunObserver] | None = None,
-        stop: threading.Event | None = None,
+        stop: StopFlag | None = None,
     ) -> None:
         self.config = config
         self.observers = Observers(observers or [])
-        self.stop = stop or threading.Event()
-        self.stop_reason = "interrupted"
+        self.stop = stop or StopFlag()
+        self.failure: str | None = None  # why the engine failed, when it did
         self.run_id = uuid.uuid4().hex[:12]
         self.created_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         self._data = SyntheticText(config.data)
         self.next_request_id = 0  # unique across a sweep's benchmarks, so late reports are recognised
         self._worker: EngineWorker | None = None
         self._ready: WorkerReady | None = None
+        self._load_started: float | None = None
+
+    @property
+    def stop_reason(self) -> str:
+        return self.stop.reason
 
     def check(self) -> None:
         """The main process's cheap readiness check: loads nothing."""
         VllmPythonBatchBackend(self.config.backend, self.config.data.seed).validate()
 
-    def start(self) -> WorkerReady:
+    def start(self) -> WorkerReady | None:
+        """Load the engine; None when a stop request came first or the engine failed to load (``failure``)."""
+        if self.stop.is_set():
+            return None
         self.observers.on_phase("loading")
+        self._load_started = time.monotonic()
         self._worker = EngineWorker(self.config.backend, self.config.data.seed)
-        self._ready = self._worker.start()
-        self.observers.on_engine_loaded(self._ready.info, self._ready.load_seconds)
+        try:
+            self._ready = self._worker.start(cancel=self.stop)
+        except WorkerFailed as error:
+            self.failure = f"the engine failed to load: {error}"
+            return None
+        if self._ready is not None:
+            self.observers.on_engine_loaded(self._ready.info, self._ready.load_seconds)
         return self._ready
 
-    def close(self) -> None:
+    def close(self, grace: float | None = None, hurry: StopFlag | None = None) -> None:
+        """Stop the engine's process; ``grace`` (default: the worker's) bounds how long it may take by itself."""
         if self._worker is not None:
-            self._worker.close()
+            if grace is None:
+                self._worker.close(hurry=hurry)
+            else:
+                self._worker.close(grace=grace, hurry=hurry)
             self._worker = None
 
     def run(self) -> RunReport:
-        if self._worker is None or self._ready is None:
-            raise RuntimeError("start() the runner first")
+        """The benchmarks of the profile, one after another, until done, stopped, or the engine fails."""
         profile = self.config.profile
         strategies = initial_strategies(profile)
         results: list[BenchmarkResult] = []
         position = 0
-        while position < len(strategies) and not self.stop.is_set():
+        while self._ready is not None and position < len(strategies) and not self._ended:
             strategy = strategies[position]
             is_last = position == len(strategies) - 1 and not (
                 isinstance(profile, SweepProfileConfig) and position == 1
@@ -86,7 +107,7 @@ class BenchmarkRunner:
             result = self._run_one(strategy, drain_after=not is_last)
             results.append(result)
             self.observers.on_benchmark_end(result)
-            if isinstance(profile, SweepProfileConfig) and position == 1:
+            if isinstance(profile, SweepProfileConfig) and position == 1 and not self._ended:
                 strategies += sweep_rates(
                     profile, results[0].throughput.requests_per_second, results[1].throughput.requests_per_second
                 )
@@ -96,36 +117,66 @@ class BenchmarkRunner:
         self.observers.on_run_end(report)
         return report
 
+    @property
+    def _ended(self) -> bool:
+        return self.stop.is_set() or self.failure is not None
+
     def _report(self, results: list[BenchmarkResult]) -> RunReport:
-        assert self._ready is not None
-        info = self._ready.info
+        complete = self._ready is not None and not self._ended and not any(result.interrupted for result in results)
+        stop_reason = None
+        if not complete:
+            stop_reason = self.failure or self.stop_reason
+            if self._ready is None and self.failure is None:
+                stop_reason += " before the engine had loaded"
         return RunReport(
             name=self.config.name,
             run_id=self.run_id,
             batchmark_version=__version__,
             created_at=self.created_at,
-            engine=EngineSummary(
-                kind="simulated" if info.kind == "simulated" else "vllm",
-                simulated=info.kind == "simulated",
-                model=info.model,
-                version=info.version,
-                gpu_name=info.gpu_name,
-                load_seconds=self._ready.load_seconds,
-                details=info.details,
-            ),
+            engine=self._engine_summary(),
             environment=environment(),
             config=self.config.model_dump(mode="json"),
             dispatch=self.config.backend.dispatch,
-            complete=not any(result.interrupted for result in results) and not self.stop.is_set(),
+            complete=complete,
+            stop_reason=stop_reason,
             benchmarks=results,
+        )
+
+    def _engine_summary(self) -> EngineSummary:
+        if self._ready is None:
+            # The run ended before the engine had loaded: what is known comes from the config.
+            backend = self.config.backend
+            loading = time.monotonic() - self._load_started if self._load_started is not None else 0.0
+            return EngineSummary(
+                kind=backend.engine,
+                simulated=backend.engine == "simulated",
+                model=backend.model,
+                version=None,
+                gpu_name=backend.simulation.gpu_name if backend.engine == "simulated" else None,
+                load_seconds=loading,
+                loaded=False,
+                details={},
+            )
+        info = self._ready.info
+        return EngineSummary(
+            kind="simulated" if info.kind == "simulated" else "vllm",
+            simulated=info.kind == "simulated",
+            model=info.model,
+            version=info.version,
+            gpu_name=info.gpu_name,
+            load_seconds=self._ready.load_seconds,
+            details=info.details,
         )
 
     def _run_one(self, strategy: Strategy, drain_after: bool) -> BenchmarkResult:
         assert self._worker is not None
         execution = _Execution(self, strategy)
         result = execution.run()
-        if drain_after and execution.in_flight:
-            self._worker.drain()
+        if drain_after and execution.in_flight and not self._ended:
+            try:
+                self._worker.drain()
+            except WorkerFailed as error:
+                self.failure = f"the engine failed: {error}"
         return result
 
 
@@ -188,7 +239,11 @@ class _Execution:
                 if offsets is not None:
                     next_due = start + next(offsets)
             if submitted:
-                self.worker.submit(submitted)
+                try:
+                    self.worker.submit(submitted)
+                except WorkerFailed as error:
+                    self.runner.failure = f"the engine failed: {error}"
+                    break
             self._update_phase(aggregator, now, start)
             if now >= next_progress:
                 self.observers.on_progress(self._progress(aggregator, now - start))
@@ -196,17 +251,25 @@ class _Execution:
             timeout = min(deadline, next_progress) - now
             if self.issued < cap and len(self.in_flight) < limit:
                 timeout = min(timeout, next_due - now)
-            for message in self.worker.receive(max(timeout, 0.0)):
+            try:
+                messages = self.worker.receive(max(timeout, 0.0))
+            except WorkerFailed as error:
+                # What completed is kept; what was in flight counts as incomplete.
+                self.runner.failure = f"the engine failed: {error}"
+                messages = []
+            for message in messages:
                 if isinstance(message, BatchReport):
                     self._on_batch(message, aggregator)
             now = time.monotonic()
             end = now
             stop_reason = self._stop_reason(aggregator, now, deadline, cap)
+        end = time.monotonic() if self.runner.failure is not None else end
         self.observers.on_progress(self._progress(aggregator, end - start))
-        interrupted = stop_reason == "interrupted"
+        interrupted = stop_reason == "interrupted" or self.runner.failure is not None
+        reason = self.runner.failure or self.runner.stop_reason
         return aggregator.finish(
             end=end,
-            stop_reason=self.runner.stop_reason if interrupted else stop_reason,
+            stop_reason=reason if interrupted else str(stop_reason),
             incomplete=len(self.in_flight),
             interrupted=interrupted,
             strategy=self.strategy,
@@ -232,7 +295,7 @@ class _Execution:
         self.observers.on_batch(event)
 
     def _stop_reason(self, aggregator: Aggregator, now: float, deadline: float, cap: float) -> str | None:
-        if self.runner.stop.is_set():
+        if self.runner.stop.is_set() or self.runner.failure is not None:
             return "interrupted"
         if self.issued >= cap and not self.in_flight:
             return "max_requests"

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,23 @@ class ConfigModel(BaseModel):
         validate_by_name=True,
         validate_by_alias=True,
         frozen=True,
+        # An infinite or NaN number never makes a run that ends or a figure that means anything.
+        allow_inf_nan=False,
     )
+
+
+# Bounds beyond which a value can never work: waits this long overflow the clocks' arithmetic long before a
+# run could use them, and no model has a context window of more tokens than this (the largest offered today
+# take 10 million).
+MAX_SECONDS = 366 * 24 * 3600.0
+MAX_CONTEXT_TOKENS = 10_000_000
+# Seeds: what numpy takes (any whole number from 0) and a Kubernetes integer (int64) holds.
+MAX_SEED = 2**63 - 1
+# Arrays sized by these are allocated whole before the run: a bound keeps a typo from exhausting memory.
+MAX_SAMPLES = 1_000_000
+MAX_ERROR_WINDOW = 1_000_000
+# A rate beyond this issues every request at once: use the throughput profile.
+MAX_RATE = 1e9
 
 
 # --- engine and backend -------------------------------------------------------------------------------------
@@ -36,26 +53,37 @@ class SimulationConfig(ConfigModel):
     time_scale: float = Field(
         default=1.0,
         ge=0,
+        le=1000,
         description="Multiplier on simulated step times when sleeping; 0 computes timings without sleeping.",
     )
     step_fixed_seconds: float = Field(
         default=0.004,
         ge=0,
+        le=3600,
         description="Fixed cost of one engine step (scheduling, kernel launches, sampling), seconds.",
     )
     batched_token_seconds: float = Field(
         default=3.0e-6,
         ge=0,
+        le=3600,
         description="Cost per token processed in a step (prefill chunk or decode token), seconds.",
     )
     context_token_seconds: float = Field(
         default=3.7e-8,
         ge=0,
+        le=3600,
         description="Cost per token of KV cache read by attention in a step, seconds.",
     )
     gpu_name: str = Field(
         default="simulated H100-class GPU",
         description="Name reported for the simulated device.",
+    )
+    load_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="Seconds the engine takes to load, as a real one reads its weights (0: at once); scaled by"
+        " nothing, so that the loading phase can be observed and interrupted.",
     )
 
 
@@ -75,6 +103,7 @@ class VllmPythonBatchBackendConfig(ConfigModel):
     batch_timeout: float = Field(
         default=0.01,
         gt=0,
+        le=MAX_SECONDS,
         description="Seconds after a batch's first request arrived before a partial batch is dispatched.",
     )
     request_format: str = Field(
@@ -105,6 +134,25 @@ class VllmPythonBatchBackendConfig(ConfigModel):
         default_factory=SimulationConfig, description="Cost model used when engine is 'simulated'."
     )
 
+    @field_validator("vllm_config")
+    @classmethod
+    def _engine_args_can_work(cls, vllm_config: dict[str, Any]) -> dict[str, Any]:
+        """Sizes that no engine accepts fail here, in milliseconds, not inside the engine after minutes."""
+        for name, value in vllm_config.items():
+            bound = ENGINE_ARG_BOUNDS.get(name)
+            if bound is None:
+                continue
+            try:
+                bound.validate_python(value)
+            except ValidationError as error:
+                problem = error.errors()[0]["msg"]
+                raise PydanticCustomError(
+                    "engine_argument",
+                    "{name}: {problem} (got {value})",
+                    {"name": name, "problem": problem, "value": repr(value)},
+                ) from None
+        return vllm_config
+
     @model_validator(mode="after")
     def _top_level_model_wins(self) -> VllmPythonBatchBackendConfig:
         configured = self.vllm_config.get("model")
@@ -123,6 +171,25 @@ class VllmPythonBatchBackendConfig(ConfigModel):
 
 BackendConfig = VllmPythonBatchBackendConfig
 
+_Positive = Annotated[int, Field(ge=1, strict=True)]
+_NotNegative = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
+# vLLM's engine arguments whose values are obviously wrong outside these bounds, whatever the model or GPU;
+# the simulated engine reads the first three. Other names and values are vLLM's to judge.
+ENGINE_ARG_BOUNDS: dict[str, TypeAdapter[Any]] = {
+    "max_num_seqs": TypeAdapter(_Positive),
+    "max_num_batched_tokens": TypeAdapter(_Positive),
+    # -1: as long as fits in memory; vLLM also reads strings such as "32k".
+    "max_model_len": TypeAdapter(Annotated[int, Field(ge=1, strict=True)] | Literal[-1] | str),
+    "tensor_parallel_size": TypeAdapter(_Positive),
+    "pipeline_parallel_size": TypeAdapter(_Positive),
+    "data_parallel_size": TypeAdapter(_Positive),
+    "block_size": TypeAdapter(_Positive),
+    "kv_cache_memory_bytes": TypeAdapter(_Positive),
+    "gpu_memory_utilization": TypeAdapter(Annotated[float, Field(gt=0, le=1, strict=True, allow_inf_nan=False)]),
+    "swap_space": TypeAdapter(_NotNegative),
+    "cpu_offload_gb": TypeAdapter(_NotNegative),
+}
+
 
 # --- data ---------------------------------------------------------------------------------------------------
 
@@ -131,18 +198,37 @@ class SyntheticTextDataConfig(ConfigModel):
     """Synthetic prompts of exact token lengths with pinned output lengths."""
 
     kind: Literal["synthetic_text"] = Field(default="synthetic_text", description="Data source type.")
-    prompt_tokens: int = Field(ge=1, description="Mean prompt length, tokens.")
-    prompt_tokens_stdev: float = Field(default=0, ge=0, description="Standard deviation of prompt length.")
-    prompt_tokens_min: int | None = Field(default=None, ge=1, description="Shortest prompt, tokens.")
-    prompt_tokens_max: int | None = Field(default=None, ge=1, description="Longest prompt, tokens.")
-    output_tokens: int = Field(ge=1, description="Mean output length, tokens (pinned with ignore_eos).")
-    output_tokens_stdev: float = Field(default=0, ge=0, description="Standard deviation of output length.")
-    output_tokens_min: int | None = Field(default=None, ge=1, description="Shortest output, tokens.")
-    output_tokens_max: int | None = Field(default=None, ge=1, description="Longest output, tokens.")
-    samples: int = Field(default=1000, ge=1, description="Distinct length pairs drawn; requests cycle through them.")
-    seed: int = Field(default=42, description="Seed for lengths and prompt content.")
+    prompt_tokens: int = Field(ge=1, le=MAX_CONTEXT_TOKENS, description="Mean prompt length, tokens.")
+    prompt_tokens_stdev: float = Field(
+        default=0, ge=0, le=MAX_CONTEXT_TOKENS, description="Standard deviation of prompt length."
+    )
+    prompt_tokens_min: int | None = Field(
+        default=None, ge=1, le=MAX_CONTEXT_TOKENS, description="Shortest prompt, tokens."
+    )
+    prompt_tokens_max: int | None = Field(
+        default=None, ge=1, le=MAX_CONTEXT_TOKENS, description="Longest prompt, tokens."
+    )
+    output_tokens: int = Field(
+        ge=1, le=MAX_CONTEXT_TOKENS, description="Mean output length, tokens (pinned with ignore_eos)."
+    )
+    output_tokens_stdev: float = Field(
+        default=0, ge=0, le=MAX_CONTEXT_TOKENS, description="Standard deviation of output length."
+    )
+    output_tokens_min: int | None = Field(
+        default=None, ge=1, le=MAX_CONTEXT_TOKENS, description="Shortest output, tokens."
+    )
+    output_tokens_max: int | None = Field(
+        default=None, ge=1, le=MAX_CONTEXT_TOKENS, description="Longest output, tokens."
+    )
+    samples: int = Field(
+        default=1000, ge=1, le=MAX_SAMPLES, description="Distinct length pairs drawn; requests cycle through them."
+    )
+    seed: int = Field(default=42, ge=0, le=MAX_SEED, description="Seed for lengths and prompt content.")
     prefix_tokens: int = Field(
-        default=0, ge=0, description="Tokens of shared prefix at the start of each prompt (0: none)."
+        default=0,
+        ge=0,
+        le=MAX_CONTEXT_TOKENS,
+        description="Tokens of shared prefix at the start of each prompt (0: none).",
     )
     prefix_count: int = Field(default=1, ge=1, description="Number of distinct shared prefixes.")
 
@@ -153,6 +239,17 @@ class SyntheticTextDataConfig(ConfigModel):
             high = getattr(self, f"{name}_max")
             if low is not None and high is not None and low > high:
                 raise ValueError(f"{name}_min ({low}) is greater than {name}_max ({high})")
+        # The shortest request the data can make must fit some model's context window.
+        shortest = (
+            self.prefix_tokens
+            + min(self.prompt_tokens, self.prompt_tokens_max or self.prompt_tokens)
+            + min(self.output_tokens, self.output_tokens_max or self.output_tokens)
+        )
+        if shortest > MAX_CONTEXT_TOKENS:
+            raise ValueError(
+                f"prefix_tokens + prompt_tokens + output_tokens = {shortest} tokens: more than any model's context"
+                f" window ({MAX_CONTEXT_TOKENS})"
+            )
         return self
 
 
@@ -170,12 +267,15 @@ class TransientPhaseConfig(ConfigModel):
     """
 
     requests: int | None = Field(default=None, ge=0, description="Requests in the phase.")
-    seconds: float | None = Field(default=None, ge=0, description="Seconds in the phase.")
+    seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS, description="Seconds in the phase.")
     fraction: float | None = Field(
         default=None, ge=0, lt=1, description="Share of the run's max_duration or max_requests."
     )
     amount: float | None = Field(
-        default=None, ge=1, description="Seconds with max_duration, else requests (GuideLLM's bare number)."
+        default=None,
+        ge=1,
+        le=MAX_SECONDS,
+        description="Seconds with max_duration, else requests (GuideLLM's bare number).",
     )
 
     @model_validator(mode="before")
@@ -193,6 +293,23 @@ class TransientPhaseConfig(ConfigModel):
         if len(given) > 1:
             raise ValueError(f"give one of requests, seconds or fraction, not {' and '.join(given)}")
         return self
+
+    def resolve(self, max_requests: int | None, max_seconds: float | None) -> tuple[int, float]:
+        """(requests, seconds) of the phase against the run's constraints; GuideLLM's default preference: a
+        bare number means seconds when the run has a duration."""
+        if self.requests is not None:
+            return self.requests, 0.0
+        if self.seconds is not None:
+            return 0, self.seconds
+        if max_seconds is not None:
+            if self.fraction is not None:
+                return 0, self.fraction * max_seconds
+            return 0, float(self.amount or 0)
+        if max_requests is not None:
+            if self.fraction is not None:
+                return int(self.fraction * max_requests), 0.0
+            return int(self.amount or 0), 0.0
+        return 0, 0.0
 
 
 class _ProfileBase(ConfigModel):
@@ -224,7 +341,7 @@ class ConstantProfileConfig(_ProfileBase):
     """Requests at evenly spaced times."""
 
     kind: Literal["constant"] = Field(description="Profile type.")
-    rate: float = Field(gt=0, description="Requests per second.")
+    rate: float = Field(gt=0, le=MAX_RATE, description="Requests per second.")
     max_concurrency: int | None = Field(default=None, ge=1, description="Cap on requests in flight.")
 
 
@@ -232,8 +349,8 @@ class PoissonProfileConfig(_ProfileBase):
     """Requests at exponentially distributed intervals."""
 
     kind: Literal["poisson"] = Field(description="Profile type.")
-    rate: float = Field(gt=0, description="Mean requests per second.")
-    seed: int = Field(default=42, description="Seed of the arrival process.")
+    rate: float = Field(gt=0, le=MAX_RATE, description="Mean requests per second.")
+    seed: int = Field(default=42, ge=0, le=MAX_SEED, description="Seed of the arrival process.")
     max_concurrency: int | None = Field(default=None, ge=1, description="Cap on requests in flight.")
 
 
@@ -246,7 +363,7 @@ class SweepProfileConfig(_ProfileBase):
         default="constant", description="Arrival process of the rate benchmarks."
     )
     max_concurrency: int = Field(default=512, ge=1, description="Cap on requests in flight in every benchmark.")
-    seed: int = Field(default=42, description="Seed of poisson arrivals.")
+    seed: int = Field(default=42, ge=0, le=MAX_SEED, description="Seed of poisson arrivals.")
 
 
 ProfileConfig = Annotated[
@@ -274,7 +391,7 @@ class MaxDurationConstraint(ConfigModel):
     """End the run after seconds; requests still in flight count as incomplete."""
 
     kind: Literal["max_duration"] = Field(description="Constraint type.")
-    seconds: float = Field(gt=0, description="Length of the run, seconds.")
+    seconds: float = Field(gt=0, le=MAX_SECONDS, description="Length of the run, seconds.")
 
 
 class MinRequestsConstraint(ConfigModel):
@@ -296,7 +413,9 @@ class MaxErrorRateConstraint(ConfigModel):
 
     kind: Literal["max_error_rate"] = Field(description="Constraint type.")
     rate: float = Field(ge=0, le=1, description="Highest tolerated share of errors, 0 to 1.")
-    window: int = Field(default=30, ge=1, description="Most recent finished requests the share is taken over.")
+    window: int = Field(
+        default=30, ge=1, le=MAX_ERROR_WINDOW, description="Most recent finished requests the share is taken over."
+    )
 
 
 ConstraintConfig = Annotated[
@@ -365,7 +484,31 @@ class RunConfig(ConfigModel):
                 raise ValueError(
                     f"profile.{phase_name} as a bare number needs max_requests or max_duration to measure against"
                 )
+        self._something_left_to_measure()
         return self
+
+    def _something_left_to_measure(self) -> None:
+        """Warm-up and cool-down that cover the whole run leave no measured request: refuse before the run."""
+        max_requests = self.constraint("max_requests")
+        max_duration = self.constraint("max_duration")
+        count = max_requests.count if max_requests is not None else None
+        seconds = max_duration.seconds if max_duration is not None else None
+        phases = [phase for phase in (self.profile.warmup, self.profile.cooldown) if phase is not None]
+        if not phases:
+            return
+        resolved = [phase.resolve(count, seconds) for phase in phases]
+        excluded_requests = sum(requests for requests, _ in resolved)
+        excluded_seconds = sum(phase_seconds for _, phase_seconds in resolved)
+        if count is not None and excluded_requests >= count:
+            raise ValueError(
+                f"profile.warmup and profile.cooldown exclude {excluded_requests} requests of max_requests"
+                f" count={count}: nothing would be measured"
+            )
+        if seconds is not None and excluded_seconds >= seconds:
+            raise ValueError(
+                f"profile.warmup and profile.cooldown exclude {excluded_seconds:g} s of max_duration"
+                f" seconds={seconds:g}: nothing would be measured"
+            )
 
     def constraint(self, kind: str) -> Any:
         """The constraint of that kind, or None."""

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from batchmark.runner import events
 from batchmark.runner.engines.base import EngineInfo
@@ -22,6 +23,23 @@ def simulated_banner(gpu_name: str | None) -> str:
     return SIMULATED_BANNER.format(gpu=gpu_name or "a GPU")
 
 
+def print_error(console: Console, command: str, message: str, label: str = "error", style: str = "bold red") -> None:
+    """One message on the console; what the user typed (paths, names, values) is printed literally, never read
+    as markup."""
+    # Not wrapped: off a terminal (a pod's log) a message stays one line, whole.
+    console.print(
+        Text.assemble((f"batchmark {command}: {label}:", style), " ", message), highlight=False, soft_wrap=True
+    )
+
+
+def print_warning(console: Console, command: str, message: str) -> None:
+    print_error(console, command, message, label="warning", style="bold yellow")
+
+
+def print_plain(console: Console, message: str) -> None:
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
 class ConsoleObserver(events.RunObserver):
     """Prints to stderr, so stdout stays free for machine-readable output."""
 
@@ -33,11 +51,11 @@ class ConsoleObserver(events.RunObserver):
 
     def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
         label = "SIMULATED engine (timings modelled, not measured)" if info.kind == "simulated" else "engine vllm"
-        self.console.print(f"{label}: loaded {info.model} in {load_seconds:.2f} s")
+        print_plain(self.console, f"{label}: loaded {info.model} in {load_seconds:.2f} s")
 
     def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
         if not self.show_progress:
-            self.console.print(f"benchmark {position + 1}: {strategy.label}")
+            print_plain(self.console, f"benchmark {position + 1}: {strategy.label}")
             return
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -76,7 +94,7 @@ def summary_tables(report: RunReport) -> list[Table]:
         title += " (SIMULATED)"
     if not report.complete:
         title += " (INCOMPLETE)"
-    throughput = Table(title=title, title_justify="left")
+    throughput = Table(title=Text(title), title_justify="left")
     latency = Table(title="latency, seconds (TTFT and TPOT from the engine's timings)", title_justify="left")
     for column in ("benchmark", "stop", "ok/err/incompl", "req/s", "out tok/s", "total tok/s", "batch", "util"):
         throughput.add_column(column, justify="left" if column in ("benchmark", "stop") else "right")
@@ -86,8 +104,8 @@ def summary_tables(report: RunReport) -> list[Table]:
         dist = result.distributions
         counts = result.requests
         throughput.add_row(
-            result.strategy,
-            result.stop_reason,
+            Text(result.strategy),
+            Text(result.stop_reason),
             f"{counts.completed}/{counts.errored}/{counts.incomplete}",
             f"{result.throughput.requests_per_second:,.2f}",
             f"{result.throughput.output_tokens_per_second:,.1f}",
@@ -96,7 +114,7 @@ def summary_tables(report: RunReport) -> list[Table]:
             f"{result.engine_utilization:.3f}",
         )
         latency.add_row(
-            result.strategy,
+            Text(result.strategy),
             _number(dist.request_latency.median),
             _number(dist.request_latency.p99),
             _number(dist.queue_wait.median),
@@ -109,10 +127,15 @@ def summary_tables(report: RunReport) -> list[Table]:
 
 def print_summary(console: Console, report: RunReport) -> None:
     if report.engine.simulated:
-        console.print(Panel(simulated_banner(report.engine.gpu_name), style="bold yellow"))
+        console.print(Panel(Text(simulated_banner(report.engine.gpu_name)), style="bold yellow"))
     for table in summary_tables(report):
         console.print(table)
-    console.print(f"engine load time {report.engine.load_seconds:.2f} s (not timed)")
+    if report.engine.loaded:
+        print_plain(console, f"engine load time {report.engine.load_seconds:.2f} s (not timed)")
+    else:
+        print_plain(console, f"the engine had not loaded ({report.engine.load_seconds:.2f} s into loading)")
+    if report.stop_reason is not None:
+        print_plain(console, f"INCOMPLETE: {report.stop_reason}")
 
 
 def _number(value: float | None) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,9 @@ _CSV_EXCLUDED: dict[str, Any] = {
 }
 
 
+_RUN_COLUMNS = ("name", "run_id", "engine", "model", "batch_size")
+
+
 def write_report(report: RunReport, path: Path) -> None:
     """Write atomically: a reader never sees half a file, and a failed write leaves the old one."""
     suffix = path.suffix.lower()
@@ -34,10 +39,63 @@ def write_report(report: RunReport, path: Path) -> None:
         text = render_report(report)
     else:
         raise ValueError(f"{path}: unknown output format {suffix!r}")
+    write_atomically(path, text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Through a hidden partial file renamed into place; a failure leaves neither a partial file nor half a
+    file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def write_reports(report: RunReport, paths: Sequence[Path]) -> dict[Path, str]:
+    """Write every output; one that fails never keeps the others from being written. Returns the failures,
+    each with its reason."""
+    failures: dict[Path, str] = {}
+    for path in paths:
+        try:
+            write_report(report, path)
+        except OSError as error:
+            failures[path] = error.strerror or str(error)
+    return failures
+
+
+def output_problem(path: Path, inputs: Sequence[Path] = ()) -> str | None:
+    """Why ``path`` cannot be written, found before any work is done; None when it can.
+
+    The directory is tried for real, by creating and removing a file in it: a permission check alone passes
+    for root everywhere, even on file systems that refuse every write (/proc).
+    """
+    if path.is_dir():
+        return "is a directory"
+    for source in inputs:
+        if _same_file(path, source):
+            return f"is also an input ({source}); writing it would replace it"
+    ancestor = path.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    try:
+        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as error:
+        return f"cannot create files in {ancestor}: {error.strerror or error}"
+    return None
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return first.exists() and second.exists() and first.samefile(second)
+    except OSError:
+        return first.absolute() == second.absolute()
 
 
 def load_report(path: Path) -> RunReport:
@@ -62,10 +120,11 @@ def report_csv(report: RunReport) -> str:
         row.update(_flatten(data))
         rows.append(row)
     buffer = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    # A run that ended before its first benchmark still writes the header, so the file reads as a table.
+    columns = list(rows[0]) if rows else list(_RUN_COLUMNS)
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
     return buffer.getvalue()
 
 

@@ -124,9 +124,11 @@ def push_results(
     attempts: int = 4,
     first_delay: float = 1.0,
     request_timeout: float = 10.0,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
+    give_up: Callable[[], bool] = lambda: False,
 ) -> PushOutcome:
-    """Push with retries and exponential back-off (1, 2, 4 s by default); gives up with the last error."""
+    """Push with retries and exponential back-off (1, 2, 4 s by default); gives up with the last error, or as soon
+    as ``give_up()`` is true (the process is stopping) instead of another attempt."""
     registry = results_registry(name, report)
 
     error = ""
@@ -138,10 +140,12 @@ def push_results(
             )
         except Exception as failure:  # any failure (refused, DNS, HTTP 4xx/5xx, a bad URL) is reported, never raised
             error = f"{type(failure).__name__}: {failure}"
-            if attempt < attempts:
+            if attempt < attempts and not give_up():
                 delay = first_delay * 2 ** (attempt - 1)
                 delays.append(delay)
                 sleep(delay)
+            if give_up():
+                return PushOutcome(ok=False, attempts=attempt, error=error, delays=delays)
             continue
         return PushOutcome(ok=True, attempts=attempt, delays=delays)
     return PushOutcome(ok=False, attempts=attempts, error=error, delays=delays)

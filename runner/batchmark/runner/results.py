@@ -109,6 +109,11 @@ class EngineSummary(ResultModel):
     version: str | None = Field(description="vLLM version, where vLLM ran.")
     gpu_name: str | None = Field(description="Device name (the modelled one for the simulated engine).")
     load_seconds: float = Field(description="Engine load time, outside every timed phase.")
+    loaded: bool = Field(
+        default=True,
+        description="False when the run ended before the engine had loaded; the other fields then come from the"
+        " config.",
+    )
     details: dict[str, Any] = Field(description="Engine settings in effect.")
 
 
@@ -124,4 +129,8 @@ class RunReport(ResultModel):
     config: dict[str, Any] = Field(description="The run's configuration, as validated.")
     dispatch: str = Field(default="batch", description="How requests reached the engine.")
     complete: bool = Field(description="False when the run was interrupted before its end.")
+    stop_reason: str | None = Field(
+        default=None,
+        description="Why an incomplete run ended early (a signal, the engine failing), or null when it ran to its end.",
+    )
     benchmarks: list[BenchmarkResult] = Field(description="One per strategy (several for a sweep).")

@@ -209,3 +209,42 @@ def parse_summary(text: str) -> RunSummary | None:
         return RunSummary.model_validate(data)
     except ValueError:
         return None
+
+
+class ProgressStatus(SummaryModel):
+    """The run in progress, as the runner last reported it (a few seconds apart)."""
+
+    pod_name: str | None = Field(default=None, description="The pod reporting: its engine is loaded.")
+    benchmark: int = Field(default=0, description="Which benchmark of the run is going, from 1 (0: none yet).")
+    benchmarks: int = Field(default=0, description="Benchmarks known so far (a sweep adds rates after the second).")
+    strategy: str | None = Field(default=None, description="The current benchmark's strategy label.")
+    requests_completed: int = Field(default=0, description="Requests of the current benchmark completed so far.")
+    requests_errored: int = Field(default=0, description="Requests of the current benchmark failed so far.")
+    elapsed_seconds: float = Field(default=0.0, description="Seconds since the current benchmark started.")
+    output_tokens_per_second: float = Field(
+        default=0.0, description="Output tokens per second so far in the current benchmark."
+    )
+
+
+class Headline(SummaryModel):
+    """The figures kubectl get shows: the benchmark with the highest output throughput."""
+
+    strategy: str = Field(description="Which benchmark of the run.")
+    output_tokens_per_second: float | None = Field(default=None, description="Generated tokens per second.")
+    requests_per_second: float | None = Field(default=None, description="Completed requests per second.")
+    latency_p50_seconds: float | None = Field(default=None, description="Median request latency, seconds.")
+    latency_p99_seconds: float | None = Field(default=None, description="99th percentile request latency, seconds.")
+
+
+def headline(results: Sequence[BenchmarkSummary]) -> Headline | None:
+    """The benchmark with the highest output throughput, or None for a run of no benchmark."""
+    if not results:
+        return None
+    best = max(results, key=lambda result: result.output_tokens_per_second or 0.0)
+    return Headline(
+        strategy=best.strategy,
+        output_tokens_per_second=best.output_tokens_per_second,
+        requests_per_second=best.requests_per_second,
+        latency_p50_seconds=best.latency_p50_seconds,
+        latency_p99_seconds=best.latency_p99_seconds,
+    )

@@ -146,16 +146,6 @@ def test_a_sigkilled_main_process_takes_its_worker_along(tmp_path: Path, dispatc
     assert alive == [], f"still running {took:.1f} s after the main process was SIGKILLed: {alive}"
 
 
-@pytest.mark.parametrize("dispatch", ["batch", "continuous"])
-def test_an_engine_that_cannot_load_leaves_nothing(tmp_path: Path, dispatch: str) -> None:
-    process, output = start_run(tmp_path, dispatch, "kind=max_requests,count=10", backend=",vllm_config.max_num_seqs=0")
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode != 0
-    assert "max_num_seqs" in stderr
-    assert descendants(process.pid) == {}
-    assert not output.exists()
-
-
 # A stand-in for the worker and vLLM: a process that leads its group and starts children of its own, one
 # of which, like vLLM's engine core, ignores SIGTERM and would outlive its parent. It prints their PIDs.
 GROUP_WITH_CHILDREN = textwrap.dedent(

@@ -61,6 +61,7 @@ def test_worker_batches_one_generate_at_a_time(monkeypatch: pytest.MonkeyPatch, 
     worker = EngineWorker(backend_config(), seed=1)
     try:
         ready = worker.start()
+        assert ready is not None
         assert ready.info.kind == "simulated"
         assert ready.load_seconds >= 0
         worker.submit(specs(20))
@@ -93,9 +94,10 @@ def test_drain_drops_the_queue_and_waits_for_the_running_batch() -> None:
 
 
 def test_a_worker_that_cannot_load_reports_why() -> None:
-    worker = EngineWorker(backend_config(vllm_config={"max_num_seqs": 0}), seed=1)
+    # A value the main process's check refuses, so that only the worker's load can find it here.
+    worker = EngineWorker(backend_config(vllm_config={"max_model_len": -1}), seed=1)
     try:
-        with pytest.raises(RuntimeError, match="max_num_seqs"):
+        with pytest.raises(RuntimeError, match="max_model_len"):
             worker.start()
     finally:
         worker.close()

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from batchmark.runner.backend.request_format import check_request_format
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.engines.base import Completion, Engine, WorkItem
+from batchmark.runner.engines.engine_args import check_engine_args
 from batchmark.runner.engines.factory import check_engine_available, load_engine
 
 
@@ -32,6 +33,7 @@ class VllmPythonBatchBackend:
     def validate(self) -> None:
         if multiprocessing.parent_process() is None:
             check_engine_available(self.config)
+            check_engine_args(self.config)
             # A template that cannot render is a config error now, not a failure after the engine loaded.
             check_request_format(self.config.request_format)
             return

@@ -29,12 +29,18 @@ _PROC = Path("/proc")
 
 
 def lead_own_group(parent_pid: int) -> None:
-    """In the worker: lead a new session, and end the whole group when the main process dies or asks.
+    """In the worker, first thing: lead a new session, and end the whole group when the main process dies.
 
-    SIGTERM (from the main process, or the parent-death signal) kills every process of the group at once,
+    Neither Ctrl-C nor a signal to the main process's group (a pod's SIGTERM, where the node signals the
+    group) reaches the worker or vLLM's processes any more: the main process decides how a run ends. Those
+    that came before, while ``EngineWorker.start`` had SIGINT and SIGTERM blocked, are discarded. From then
+    on SIGTERM (from the main process, or the parent-death signal) kills every process of the group at once,
     this one included: a dead or departing main process wants the engine's memory back, not a graceful exit.
     """
     os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     signal.signal(signal.SIGTERM, _end_own_group)
     if sys.platform == "linux":
         libc = ctypes.CDLL(None, use_errno=True)

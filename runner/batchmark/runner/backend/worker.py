@@ -14,6 +14,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.context
+import multiprocessing.resource_tracker
 import os
 import signal
 import sys
@@ -42,10 +43,13 @@ from batchmark.runner.backend.process_group import kill_group, lead_own_group, w
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
+from batchmark.runner.shutdown import StopFlag
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
-# After Stop: time for the worker to finish the engine call in progress, shut the engine down (vLLM's own
-# shutdown takes ENGINE_SHUTDOWN_SECONDS at most) and exit. Past it, the worker's process group is killed.
+# How often a wait on the worker looks up from the pipe to see whether it should give up.
+_CANCEL_POLL_SECONDS = 0.1
+# After Stop, by default: time for the worker to finish the engine call in progress, shut the engine down
+# (vLLM's own shutdown takes ENGINE_SHUTDOWN_SECONDS at most) and exit. Past it, its process group is killed.
 WORKER_EXIT_SECONDS = 10.0
 # For the rest of the group once the worker is gone (a process still exiting, or one SIGKILL just hit).
 GROUP_EXIT_SECONDS = 2.0
@@ -64,7 +68,7 @@ class WorkerFailed(RuntimeError):
 def mp_context_name() -> str:
     name = os.environ.get(MP_CONTEXT_VARIABLE, "spawn")
     if name not in ("spawn", "fork", "forkserver"):
-        raise ValueError(f"{MP_CONTEXT_VARIABLE}={name!r}: use spawn, fork or forkserver")
+        raise ValueError(f"{MP_CONTEXT_VARIABLE}={name!r}: use spawn, fork or forkserver (default: spawn)")
     return name
 
 
@@ -72,27 +76,44 @@ class EngineWorker:
     """Handle in the main process on the worker process and every process it starts.
 
     The worker leads its own process group (backend/process_group.py): ``close()`` returns only once every
-    process of that group has ended, within ``WORKER_EXIT_SECONDS + 2 * GROUP_EXIT_SECONDS`` of being called,
-    and the worker ends the group itself if the main process dies. That parent-death signal follows the
-    thread that started the worker: start it from a thread that outlives it (the main thread).
+    process of that group has ended, within ``grace + 2 * GROUP_EXIT_SECONDS`` of being called, and the worker
+    ends the group itself if the main process dies. That parent-death signal follows the thread that started
+    the worker: start it from a thread that outlives it (the main thread).
     """
 
     def __init__(self, config: BackendConfig, seed: int) -> None:
-        context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(mp_context_name()))
+        self._context_name = mp_context_name()
+        context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(self._context_name))
         self._conn, child_conn = context.Pipe(duplex=True)
         # Not daemonic: vLLM's engine starts processes of its own, which daemonic processes may not.
         self._process = context.Process(
             target=serve, args=(child_conn, config, seed, os.getpid()), name="batchmark-engine", daemon=False
         )
         self._child_conn = child_conn
+        self._ready = False
 
-    def start(self) -> WorkerReady:
-        """Start the process and wait until its engine is loaded."""
-        self._process.start()
+    def start(self, cancel: StopFlag | None = None) -> WorkerReady | None:
+        """Start the process and wait until its engine is loaded; None when ``cancel`` was set first."""
+        # Ctrl-C, or a pod's SIGTERM where the node signals the pod's process group, reaches the whole group
+        # until the worker has a session of its own, and the worker must never die of it: it starts with both
+        # blocked (a signal mask survives fork and exec), and ``serve`` discards what came meanwhile.
+        if self._context_name != "fork":
+            # Started now, before the mask: starting it unblocks SIGINT and SIGTERM when done, undoing ours.
+            multiprocessing.resource_tracker.ensure_running()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         self._child_conn.close()
         while True:
-            message = self._receive(timeout=None)
+            if cancel is not None and cancel.is_set():
+                return None
+            if not self._conn.poll(_CANCEL_POLL_SECONDS):
+                continue
+            message = self._receive(timeout=0)
             if isinstance(message, Ready):
+                self._ready = True
                 return WorkerReady(info=message.info, load_seconds=message.load_seconds)
             if isinstance(message, LoadFailed):
                 self._exit_status(timeout=10)
@@ -122,17 +143,22 @@ class EngineWorker:
             if isinstance(message, BatchReport):
                 reports.append(message)
 
-    def close(self, grace: float = WORKER_EXIT_SECONDS) -> None:
-        """Ask the worker to stop, give it ``grace`` seconds, then kill whatever is left of its group."""
+    def close(self, grace: float = WORKER_EXIT_SECONDS, hurry: StopFlag | None = None) -> None:
+        """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``), then kill whatever is
+        left of its process group; returns once all of it has ended.
+
+        A worker still loading its engine reads no messages, so its group is killed at once.
+        """
         pid = self._process.pid
         if pid is None:
             return
         try:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                self._send(Stop())
-            if self._exit_status(grace) is not None:
-                # A clean exit: its last processes (vLLM's, a resource tracker) may still be on their way out.
-                wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
+            if self._ready:
+                with contextlib.suppress(WorkerFailed):
+                    self._send(Stop())
+                if self._exit_status(grace, hurry) is not None:
+                    # A clean exit: its last processes (vLLM's) may still be on their way out.
+                    wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
         finally:
             # Until the worker is reaped its pid cannot be reused, so the group id still means its group.
             kill_group(pid)
@@ -141,28 +167,42 @@ class EngineWorker:
             self._process.join()
             self._conn.close()
 
-    def _exit_status(self, timeout: float) -> int | None:
-        """Wait up to ``timeout`` for the worker to exit, leaving it unreaped; its exit code as
-        ``Process.exitcode`` gives it (negative: killed by that signal), or None while it runs."""
+    def _exit_status(self, timeout: float, hurry: StopFlag | None = None) -> int | None:
+        """Wait up to ``timeout`` (cut short by ``hurry``) for the worker to exit, leaving it unreaped; its exit
+        code as ``Process.exitcode`` gives it (negative: killed by that signal), or None while it runs."""
         pid = self._process.pid
         assert pid is not None
-        if not hasattr(os, "waitid"):  # macOS: reaping it is the only way to wait
-            self._process.join(timeout)
-            return self._process.exitcode
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # already reaped
-                return self._process.exitcode
-            if exited is not None:
-                return exited.si_status if exited.si_code == os.CLD_EXITED else -exited.si_status
-            if time.monotonic() >= deadline:
+            if not hasattr(os, "waitid"):  # macOS: reaping it is the only way to wait
+                self._process.join(min(_CANCEL_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+                if self._process.exitcode is not None:
+                    return self._process.exitcode
+            else:
+                try:
+                    exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:  # already reaped
+                    return self._process.exitcode
+                if exited is not None:
+                    return exited.si_status if exited.si_code == os.CLD_EXITED else -exited.si_status
+                time.sleep(0.02)
+            if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
                 return None
-            time.sleep(0.02)
 
     def _send(self, message: ToWorker) -> None:
-        self._conn.send(message)
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise self._exited() from error
+
+    def _exited(self) -> WorkerFailed:
+        code = self._exit_status(timeout=5)
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how = f"killed by signal {-code}"
+            with contextlib.suppress(ValueError):
+                how = f"killed by {signal.Signals(-code).name}"
+        return WorkerFailed(f"the engine worker process exited unexpectedly ({how})")
 
     def _receive(self, timeout: float | None) -> FromWorker:
         try:
@@ -170,22 +210,23 @@ class EngineWorker:
                 raise TimeoutError("no message from the engine worker")
             message: FromWorker = self._conn.recv()
         except (EOFError, ConnectionResetError) as error:
-            raise WorkerFailed(
-                f"the engine worker process exited unexpectedly (exit code {self._exit_status(timeout=5)})"
-            ) from error
+            raise self._exited() from error
         if isinstance(message, Crashed):
-            raise WorkerFailed(message.traceback)
+            # The whole traceback is in the worker's log; the results carry its last line.
+            lines = message.traceback.strip().splitlines()
+            raise WorkerFailed(f"the engine's process crashed: {lines[-1] if lines else 'no details'}")
         return message
 
 
 def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int, parent_pid: int) -> None:
     """Entry point of the worker process."""
     lead_own_group(parent_pid)
-    # The main process decides how a run ends (a new session already keeps a terminal's Ctrl-C away).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     backend = VllmPythonBatchBackend(config, seed)
     try:
         _serve(conn, config, backend)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        # The main process is gone (killed): there is nobody to report to, so end without a word.
+        pass
     finally:
         try:
             # Through the engine's own API (vLLM's shutdown ends its processes); what survives it, the main
@@ -228,7 +269,11 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, b
             dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size)
         else:
             _dispatch_batches(conn, backend, queue, send_lock)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        raise
     except Exception:
+        # Printed here for the log, and sent whole to the main process, which keeps its last line as the reason.
+        traceback.print_exc()
         with send_lock:
             conn.send(Crashed(traceback.format_exc()))
 
@@ -247,8 +292,12 @@ def _receive_requests(
             batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message.requests)
         elif isinstance(message, Drain):
             batcher.drain()
-            with send_lock:
-                conn.send(Drained())
+            try:
+                with send_lock:
+                    conn.send(Drained())
+            except OSError:  # the main process is gone
+                batcher.close()
+                return
         elif isinstance(message, Stop):
             batcher.close()
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import time
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -92,11 +93,12 @@ def _pinned_length(spec: RequestSpec) -> SamplingParams:
 def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
     engine_args = config.engine_args()
     simulation = config.simulation
+    time.sleep(simulation.load_seconds)
     llm = SimulatedLLM(
         model=config.model,
-        max_num_seqs=int(engine_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)),
-        max_num_batched_tokens=int(engine_args.get("max_num_batched_tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS)),
-        max_model_len=int(engine_args.get("max_model_len", DEFAULT_MAX_MODEL_LEN)),
+        max_num_seqs=_tokens(engine_args, "max_num_seqs", DEFAULT_MAX_NUM_SEQS),
+        max_num_batched_tokens=_tokens(engine_args, "max_num_batched_tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS),
+        max_model_len=_tokens(engine_args, "max_model_len", DEFAULT_MAX_MODEL_LEN),
         time_scale=simulation.time_scale,
         step_fixed_seconds=simulation.step_fixed_seconds,
         batched_token_seconds=simulation.batched_token_seconds,
@@ -116,3 +118,10 @@ def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
         },
     )
     return GenerateEngine(llm, prompts, _pinned_length, info)
+
+
+def _tokens(engine_args: dict[str, Any], name: str, default: int) -> int:
+    value = engine_args.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"vllm_config.{name}: the simulated engine needs a positive whole number, got {value!r}")
+    return value

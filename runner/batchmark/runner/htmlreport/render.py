@@ -10,12 +10,12 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jinja2
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from batchmark.runner import __version__
 from batchmark.runner.htmlreport.charts import Chart, Series, bar_chart, colour, format_number, line_chart
@@ -277,20 +277,12 @@ def render_report(report: RunReport) -> str:
     return render([(report.name, report)])
 
 
-def write_html(path: Path, text: str) -> None:
-    """Atomically, as the other outputs: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
-
-
 def comparison_table(reports: Sequence[tuple[str, RunReport]]) -> Table:
     """The comparison for a terminal: the same rows as the HTML, differences marked + (better) or - (worse)."""
-    table = Table(title=f"batchmark compare (baseline: {reports[0][0]})", title_justify="left")
+    table = Table(title=Text(f"batchmark compare (baseline: {reports[0][0]})"), title_justify="left")
     table.add_column("metric")
     for index, (label, _) in enumerate(reports):
-        table.add_column(label, justify="right")
+        table.add_column(Text(label), justify="right")
         if index > 0:
             table.add_column("Δ", justify="right")
     styles = {"better": "green", "worse": "red", "": ""}
@@ -300,8 +292,8 @@ def comparison_table(reports: Sequence[tuple[str, RunReport]]) -> Table:
             # One heading row per benchmark keeps the table narrow enough for a terminal.
             benchmark = row.benchmark
             table.add_section()
-            table.add_row(f"[bold]{benchmark}[/]", *[""] * (2 * len(reports) - 1))
-        cells: list[str] = [row.metric]
+            table.add_row(Text(benchmark, style="bold"), *[""] * (2 * len(reports) - 1))
+        cells: list[str | Text] = [row.metric]
         for index, cell in enumerate(row.cells):
             cells.append(cell.value)
             if index > 0:
@@ -319,5 +311,6 @@ def print_comparison(console: Console, reports: Sequence[tuple[str, RunReport]])
             f"{label}: {report.name} {report.engine.model} on {report.engine.kind}{simulated}{incomplete}, "
             f"batch size {report.config.get('backend', {}).get('batch_size', '?')}, run {report.run_id}",
             highlight=False,
+            markup=False,
         )
     console.print(comparison_table(reports))

@@ -1,0 +1,213 @@
+"""The operator under load: N BatchBenchmarks applied at once on the local control plane's 16 fake GPUs.
+
+Starts its own control plane (tests/cluster) and `batchmark operator` as a real process, creates N simulated
+benchmarks (one GPU each, short runs) as fast as the API server takes them, and records from watches:
+apply -> Job created, Job finished -> phase Succeeded, the time to drain all, how many ran at once, and the
+operator's peak RSS (VmHWM). Prints one JSON object.
+
+    .venv/bin/python benchmarks/operator_scale.py --benchmarks 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import watch
+from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+
+from tests.cluster.controlplane import ControlPlane
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def manifest(name: str, requests: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "batchmark.dev/v1alpha1",
+        "kind": "BatchBenchmark",
+        "metadata": {"name": name},
+        "spec": {
+            "backend": {"model": "m", "engine": "simulated", "batchSize": 8, "simulation": {"timeScale": 0}},
+            "data": {"promptTokens": 32, "outputTokens": 8},
+            "profile": {"kind": "throughput", "maxConcurrency": 16},
+            "constraints": [{"kind": "max_requests", "count": requests}],
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+            "metrics": {"enabled": False},
+        },
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def percentile(values: list[float], level: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(level * (len(ordered) - 1)))]
+
+
+class Recorder:
+    """Watches Jobs, pods and BatchBenchmarks of one namespace; notes when each thing was first seen."""
+
+    def __init__(self, cluster: ControlPlane, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.job_created: dict[str, float] = {}
+        self.job_finished: dict[str, float] = {}
+        self.succeeded: dict[str, float] = {}
+        self.running_pods: set[str] = set()
+        self.max_running = 0
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._jobs, daemon=True),
+            threading.Thread(target=self._pods, daemon=True),
+            threading.Thread(target=self._benchmarks, daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _stream(self, function: Any, *arguments: Any) -> Any:
+        while not self.stop.is_set():
+            watcher = watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                yield from watcher.stream(function, *arguments, timeout_seconds=30)  # type: ignore[no-untyped-call]
+            except Exception:
+                time.sleep(0.2)
+
+    def _jobs(self) -> None:
+        api = BatchV1Api(self.cluster.api_client())
+        for event in self._stream(api.list_namespaced_job, self.namespace):
+            job = event["object"]
+            now = time.monotonic()
+            name = job.metadata.name
+            with self.lock:
+                self.job_created.setdefault(name, now)
+                conditions = (job.status.conditions if job.status else None) or []
+                if any(c.type == "Complete" and c.status == "True" for c in conditions):
+                    self.job_finished.setdefault(name, now)
+
+    def _pods(self) -> None:
+        api = CoreV1Api(self.cluster.api_client())
+        for event in self._stream(api.list_namespaced_pod, self.namespace):
+            pod = event["object"]
+            with self.lock:
+                if pod.status and pod.status.phase == "Running" and event["type"] != "DELETED":
+                    self.running_pods.add(pod.metadata.name)
+                else:
+                    self.running_pods.discard(pod.metadata.name)
+                self.max_running = max(self.max_running, len(self.running_pods))
+
+    def _benchmarks(self) -> None:
+        api = CustomObjectsApi(self.cluster.api_client())
+        for event in self._stream(
+            api.list_namespaced_custom_object, "batchmark.dev", "v1alpha1", self.namespace, "batchbenchmarks"
+        ):
+            body = event["object"]
+            if (body.get("status") or {}).get("phase") == "Succeeded":
+                with self.lock:
+                    self.succeeded.setdefault(body["metadata"]["name"], time.monotonic())
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--benchmarks", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=40, help="requests per benchmark")
+    parser.add_argument("--timeout", type=float, default=3600)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
+        cluster.start_node_agent()
+        cluster.kubectl("apply", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
+        namespace = "scale"
+        cluster.kubectl("create", "namespace", namespace)
+        metrics_port, health_port = free_port(), free_port()
+        log = (Path(directory) / "operator.log").open("wb")
+        operator = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "batchmark.runner.cli", "operator", "--metrics-address", "127.0.0.1"),
+                *("--metrics-port", str(metrics_port), "--health-address", "127.0.0.1"),
+                *("--health-port", str(health_port)),
+            ],
+            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=1)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            recorder = Recorder(cluster, namespace)
+            time.sleep(2)
+            api = CustomObjectsApi(cluster.api_client())
+            applied: dict[str, float] = {}
+            started = time.monotonic()
+            for index in range(args.benchmarks):
+                name = f"bb-{index:03d}"
+                api.create_namespaced_custom_object(
+                    "batchmark.dev", "v1alpha1", namespace, "batchbenchmarks", manifest(name, args.requests)
+                )
+                applied[name] = time.monotonic()
+            while len(recorder.succeeded) < args.benchmarks and time.monotonic() - started < args.timeout:
+                time.sleep(0.5)
+            drained = max(recorder.succeeded.values(), default=time.monotonic()) - started
+            recorder.stop.set()
+            to_job = [recorder.job_created[name] - applied[name] for name in applied if name in recorder.job_created]
+            to_phase = [
+                recorder.succeeded[name] - recorder.job_finished[name]
+                for name in recorder.succeeded
+                if name in recorder.job_finished
+            ]
+            figures = {
+                "benchmarks": args.benchmarks,
+                "succeeded": len(recorder.succeeded),
+                "max_running_at_once": recorder.max_running,
+                "apply_to_job_p50_s": round(statistics.median(to_job), 3),
+                "apply_to_job_p99_s": round(percentile(to_job, 0.99), 3),
+                "job_finished_to_succeeded_p50_s": round(statistics.median(to_phase), 3),
+                "job_finished_to_succeeded_p99_s": round(percentile(to_phase, 0.99), 3),
+                "drain_all_s": round(drained, 1),
+                "operator_peak_rss_mb": round(peak_rss_mb(operator.pid), 1),
+            }
+            print(json.dumps(figures, indent=2))
+        finally:
+            operator.send_signal(signal.SIGTERM)
+            try:
+                operator.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+                operator.wait()
+            log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""The BatchBenchmark resource (batchmark.dev/v1alpha1): its spec, its status and the operator's defaults.
+
+The benchmark part of the spec is the runner's own config models (backend, data, profile, constraints,
+sampleRequests), so the CLI, a config file and the CRD never drift; the rest says how to run it on Kubernetes.
+Field names are camelCase, as Kubernetes writes them. The CRD's schema is generated from these models
+(batchmark.operator.crd).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from batchmark.runner import __version__
+from batchmark.runner.config import BackendConfig, ConstraintConfig, DataConfig, ProfileConfig, RunConfig
+from batchmark.runner.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
+
+GROUP = "batchmark.dev"
+VERSION = "v1alpha1"
+KIND = "BatchBenchmark"
+PLURAL = "batchbenchmarks"
+SINGULAR = "batchbenchmark"
+SHORT_NAME = "bb"
+CATEGORY = "batchmark"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+DEFAULT_IMAGE = f"ghcr.io/batchmark/batchmark-runner:{__version__}"
+DEFAULT_METRICS_PORT = 8000
+GPU_RESOURCE = "nvidia.com/gpu"
+
+Phase = Literal["Pending", "Queued", "Scheduling", "LoadingEngine", "Running", "Succeeded", "Failed", "Cancelled"]
+PHASES: tuple[Phase, ...] = (
+    "Pending",
+    "Queued",
+    "Scheduling",
+    "LoadingEngine",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Cancelled",
+)
+FINISHED_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
+
+# A quantity as Kubernetes writes it: 2, "500m", "2Gi".
+Quantity = int | str
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        frozen=True,
+    )
+
+
+# --- Kubernetes types the spec passes on to the pod ---------------------------------------------------------
+
+
+class LocalObjectReference(ApiModel):
+    """A reference to an object in the same namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the object.")
+
+
+class SecretKeySelector(ApiModel):
+    """A key of a Secret in the benchmark's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the Secret.")
+    key: str = Field(default="token", min_length=1, max_length=253, description="Key in the Secret.")
+
+
+class ResourceRequirements(ApiModel):
+    """Compute resources of the runner container, as in a pod spec."""
+
+    limits: dict[str, Quantity] | None = Field(
+        default=None, description="Most of each resource the container may use (e.g. nvidia.com/gpu: 1)."
+    )
+    requests: dict[str, Quantity] | None = Field(
+        default=None, description="Resources the scheduler reserves for the container."
+    )
+
+
+class Toleration(ApiModel):
+    """A toleration of a node taint, as in a pod spec."""
+
+    key: str | None = Field(default=None, max_length=317, description="Taint key; empty with Exists: all taints.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal (default).")
+    value: str | None = Field(default=None, max_length=63, description="Taint value for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; empty: all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="For NoExecute: how long the pod stays bound after the taint appears."
+    )
+
+
+class EnvVar(ApiModel):
+    """An environment variable of the runner container, as in a pod spec."""
+
+    name: str = Field(min_length=1, max_length=253, description="Variable name.")
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: dict[str, Any] | None = Field(
+        default=None, description="Source of the value (secretKeyRef, configMapKeyRef, fieldRef, ...)."
+    )
+
+
+class ModelCache(ApiModel):
+    """A PersistentVolumeClaim holding downloaded models, so a benchmark does not download them again."""
+
+    claim_name: str = Field(min_length=1, max_length=253, description="Name of the PersistentVolumeClaim.")
+    mount_path: str = Field(default="/models", pattern=r"^/", description="Where it is mounted; HF_HOME points at it.")
+
+
+class MetricsOptions(ApiModel):
+    """The runner's live Prometheus metrics and the optional Pushgateway push."""
+
+    enabled: bool = Field(default=True, description="Serve /metrics from the runner while it runs.")
+    port: int = Field(
+        default=DEFAULT_METRICS_PORT,
+        ge=0,
+        le=65535,
+        description=(
+            "Port of the runner's /metrics, declared as the container port named 'metrics' for a PodMonitor."
+            " 0 binds any free port and declares none: for clusters whose pods share one network (the local"
+            " test cluster), where a fixed port would clash."
+        ),
+    )
+    pushgateway: str | None = Field(
+        default=None, pattern=r"^https?://", description="Pushgateway URL the final results are pushed to."
+    )
+
+
+# --- the resource -------------------------------------------------------------------------------------------
+
+
+class BatchBenchmarkSpec(ApiModel):
+    """A benchmark (the runner's configuration) and how to run it as a Job."""
+
+    backend: BackendConfig = Field(description="The backend and the engine behind it.")
+    data: DataConfig = Field(description="The requests to send.")
+    profile: ProfileConfig = Field(description="When to send them.")
+    constraints: list[ConstraintConfig] = Field(
+        min_length=1, max_length=10, description="When each benchmark stops; at least one must bound it."
+    )
+    sample_requests: int = Field(
+        default=20, ge=0, le=10000, description="Per-request records kept in the full results."
+    )
+    image: str | None = Field(
+        default=None, min_length=1, description=f"Runner image; default: the operator's, else {DEFAULT_IMAGE}."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="When the image is pulled."
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, description="Secrets for pulling the image from a private registry."
+    )
+    resources: ResourceRequirements | None = Field(
+        default=None,
+        description=(
+            "Resources of the runner container. Unset with engine vllm: tensor_parallel_size x"
+            " pipeline_parallel_size (from vllmConfig) nvidia.com/gpu, and the GPU taint is tolerated;"
+            " unset with engine simulated: none."
+        ),
+    )
+    node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pod must match.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Taints the pod tolerates.")
+    affinity: dict[str, Any] | None = Field(default=None, description="Pod affinity rules, as in a pod spec.")
+    priority_class_name: str | None = Field(default=None, description="PriorityClass of the pod.")
+    runtime_class_name: str | None = Field(default=None, description="RuntimeClass of the pod (e.g. nvidia).")
+    env: list[EnvVar] | None = Field(default=None, description="Extra environment of the runner container.")
+    env_from: list[dict[str, Any]] | None = Field(
+        default=None, description="Environment from Secrets or ConfigMaps (secretRef, configMapRef), as in a pod."
+    )
+    hf_token_secret: SecretKeySelector | None = Field(
+        default=None, description="Secret key holding a Hugging Face token, given to the runner as HF_TOKEN."
+    )
+    model_cache: ModelCache | None = Field(default=None, description="A volume of downloaded models.")
+    shm_size: Quantity = Field(
+        default="2Gi", description="Size of /dev/shm, an in-memory volume (vLLM's workers share tensors there)."
+    )
+    timeout: int | None = Field(
+        default=None, ge=1, description="Seconds the Job may run before it is stopped (activeDeadlineSeconds)."
+    )
+    retries: int = Field(default=0, ge=0, le=10, description="Times a failed pod is replaced (backoffLimit).")
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Seconds after which the finished Job and its pod are deleted."
+    )
+    cancel: bool = Field(
+        default=False, description="true stops a running benchmark; its partial results are kept (Cancelled)."
+    )
+    metrics: MetricsOptions = Field(
+        default_factory=MetricsOptions, description="The runner's Prometheus metrics and Pushgateway."
+    )
+
+    def run_config(self, name: str) -> RunConfig:
+        """The runner's config for this benchmark (the CR's name is the benchmark's name)."""
+        return RunConfig.model_validate(
+            {
+                "name": name,
+                "backend": self.backend,
+                "data": self.data,
+                "profile": self.profile,
+                "constraints": self.constraints,
+                "sample_requests": self.sample_requests,
+            }
+        )
+
+
+class Condition(ApiModel):
+    """A condition, as Kubernetes writes them (kubectl wait --for=condition=Complete reads these)."""
+
+    type: str = Field(description="Scheduled, EngineLoaded, Complete or Failed.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One CamelCase word saying why.")
+    message: str = Field(default="", description="What a person needs to know.")
+    last_transition_time: str = Field(description="When the status last changed, RFC 3339.")
+    observed_generation: int | None = Field(default=None, description="The spec generation it describes.")
+
+
+class BatchBenchmarkStatus(ApiModel):
+    """Where the benchmark is, and its results. Each field has one writer (see batchmark.operator.status)."""
+
+    phase: Phase | None = Field(default=None, description="Pending, Queued, Scheduling, LoadingEngine, Running, ...")
+    reason: str | None = Field(default=None, description="Why the phase is what it is, one CamelCase word.")
+    message: str | None = Field(default=None, description="The reason in words.")
+    conditions: list[Condition] | None = Field(default=None, description="Scheduled, EngineLoaded, Complete, Failed.")
+    observed_generation: int | None = Field(default=None, description="The spec generation last acted on.")
+    job_name: str | None = Field(default=None, description="The benchmark's Job.")
+    pod_name: str | None = Field(default=None, description="The Job's current (or last) pod.")
+    node_name: str | None = Field(default=None, description="Node the pod runs on.")
+    start_time: str | None = Field(default=None, description="When the Job was created, RFC 3339.")
+    completion_time: str | None = Field(default=None, description="When the benchmark finished, RFC 3339.")
+    attempts: int | None = Field(default=None, description="Pods started so far (1 + retries used).")
+    results_config_map: str | None = Field(default=None, description="ConfigMap holding the full report.")
+    run_id: str | None = Field(default=None, description="Id of the runner's run (in the full report too).")
+    progress: ProgressStatus | None = Field(default=None, description="The run in progress (written by the runner).")
+    engine: EngineStatus | None = Field(default=None, description="The engine that ran (written by the runner).")
+    results: list[BenchmarkSummary] | None = Field(
+        default=None, description="One compact entry per benchmark (written by the runner)."
+    )
+    headline: Headline | None = Field(default=None, description="The best benchmark's figures, for kubectl get.")
+
+
+class BatchBenchmark(ApiModel):
+    """A BatchBenchmark as the operator reads it."""
+
+    spec: BatchBenchmarkSpec = Field(description="The benchmark and how to run it.")
+    status: BatchBenchmarkStatus = Field(
+        default_factory=BatchBenchmarkStatus, description="Observed state, written by the operator and the runner."
+    )
+
+
+# --- the operator's defaults (--defaults FILE) -------------------------------------------------------------
+
+
+_DEFAULTED_FIELDS = (
+    "image",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "resources",
+    "tolerations",
+    "node_selector",
+    "model_cache",
+    "hf_token_secret",
+)
+
+
+class OperatorDefaults(ApiModel):
+    """What the operator fills in where a BatchBenchmark's spec says nothing (the chart sets these)."""
+
+    image: str | None = Field(default=None, min_length=1, description="Runner image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="When the image is pulled."
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, description="Secrets for pulling the image."
+    )
+    resources: ResourceRequirements | None = Field(default=None, description="Resources of the runner container.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Taints the pod tolerates.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pod must match.")
+    model_cache: ModelCache | None = Field(default=None, description="A volume of downloaded models.")
+    hf_token_secret: SecretKeySelector | None = Field(default=None, description="Secret key with an HF token.")
+    queue_name: str | None = Field(default=None, description="Kueue LocalQueue the Jobs are submitted to.")
+
+    def apply(self, spec: BatchBenchmarkSpec) -> BatchBenchmarkSpec:
+        """The spec with these defaults where it sets nothing."""
+        updates = {
+            name: getattr(self, name)
+            for name in _DEFAULTED_FIELDS
+            if getattr(spec, name) is None and getattr(self, name) is not None
+        }
+        return spec.model_copy(update=updates)

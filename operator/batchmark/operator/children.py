@@ -1,0 +1,257 @@
+"""The objects a BatchBenchmark owns, built as plain manifests (names are deterministic; see CONTRACT)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from batchmark.operator.api import (
+    API_VERSION,
+    DEFAULT_IMAGE,
+    GPU_RESOURCE,
+    GROUP,
+    KIND,
+    PLURAL,
+    BatchBenchmarkSpec,
+)
+from batchmark.runner.config import RunConfig
+
+CONFIG_PATH = "/etc/batchmark/config.yaml"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+SHM_PATH = "/dev/shm"
+RUNNER_CONTAINER = "runner"
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+# Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
+TERMINATION_GRACE_SECONDS = 60
+RUNNER_UID = 1000
+
+# The identity the runner's status writer reads (batchmark.runner.statuswriter), set on every benchmark pod.
+ENV_NAMESPACE = "BATCHMARK_RESOURCE_NAMESPACE"
+ENV_NAME = "BATCHMARK_RESOURCE_NAME"
+ENV_UID = "BATCHMARK_RESOURCE_UID"
+ENV_RESULTS = "BATCHMARK_RESULTS_CONFIGMAP"
+ENV_POD = "BATCHMARK_POD_NAME"
+ENV_TERMINATION = "BATCHMARK_TERMINATION_MESSAGE_PATH"
+
+
+def labels(name: str) -> dict[str, str]:
+    """The labels of every benchmark object and pod (a PodMonitor selects on them)."""
+    return {
+        "app.kubernetes.io/name": "batchmark",
+        "app.kubernetes.io/component": "benchmark",
+        "batchmark.dev/benchmark": name,
+    }
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The BatchBenchmark the objects belong to."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def metadata(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": labels(self.name),
+            "ownerReferences": [self.reference()],
+        }
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def results_config_map(self) -> str:
+        return f"{self.name}-results"
+
+    @property
+    def runner(self) -> str:
+        return f"{self.name}-runner"
+
+
+def config_map(owner: Owner, config: RunConfig) -> dict[str, Any]:
+    text = yaml.safe_dump(config.model_dump(mode="json", exclude={"outputs"}), sort_keys=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": owner.metadata(owner.config_map),
+        "data": {"config.yaml": text},
+    }
+
+
+def results_config_map(owner: Owner) -> dict[str, Any]:
+    """Empty until the runner writes the full report into it."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": owner.metadata(owner.results_config_map), "data": {}}
+
+
+def service_account(owner: Owner) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owner.metadata(owner.runner)}
+
+
+def role(owner: Owner) -> dict[str, Any]:
+    """The runner may read and patch this one resource's status and its own results ConfigMap, nothing else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": owner.metadata(owner.runner),
+        "rules": [
+            {
+                "apiGroups": [GROUP],
+                "resources": [f"{PLURAL}/status"],
+                "resourceNames": [owner.name],
+                "verbs": ["get", "patch"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [owner.results_config_map],
+                "verbs": ["get", "patch"],
+            },
+        ],
+    }
+
+
+def role_binding(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": owner.metadata(owner.runner),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": owner.runner},
+        "subjects": [{"kind": "ServiceAccount", "name": owner.runner, "namespace": owner.namespace}],
+    }
+
+
+def gpu_count(spec: BatchBenchmarkSpec) -> int:
+    """GPUs vLLM needs: tensor_parallel_size x pipeline_parallel_size of vllmConfig (1 each when unset)."""
+    if spec.backend.engine != "vllm":
+        return 0
+    settings = spec.backend.vllm_config
+    count = 1
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        value = settings.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"spec.backend.vllmConfig.{key} must be a positive integer, got {value!r}")
+        count *= value
+    return count
+
+
+def job(owner: Owner, spec: BatchBenchmarkSpec) -> dict[str, Any]:
+    """The Job that runs ``batchmark run`` on the config ConfigMap, as the runner's ServiceAccount."""
+    gpus = gpu_count(spec)
+    command = ["batchmark", "run", "--config", CONFIG_PATH, "--quiet"]
+    ports: list[dict[str, Any]] = []
+    if spec.metrics.enabled:
+        command += ["--metrics-address", "0.0.0.0", "--metrics-port", str(spec.metrics.port)]
+        if spec.metrics.port:
+            ports.append({"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"})
+        else:
+            command += ["--metrics-linger", "0"]  # nothing can scrape a port no one knows: no reason to wait
+    if spec.metrics.pushgateway:
+        command += ["--pushgateway", spec.metrics.pushgateway]
+    env: list[dict[str, Any]] = [
+        {"name": ENV_NAMESPACE, "value": owner.namespace},
+        {"name": ENV_NAME, "value": owner.name},
+        {"name": ENV_UID, "value": owner.uid},
+        {"name": ENV_RESULTS, "value": owner.results_config_map},
+        {"name": ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": ENV_TERMINATION, "value": TERMINATION_MESSAGE_PATH},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": "/etc/batchmark", "readOnly": True},
+        {"name": "dshm", "mountPath": SHM_PATH},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": owner.config_map}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(spec.shm_size)}},
+    ]
+    if spec.model_cache is not None:
+        mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
+        volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}})
+        env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
+    if spec.hf_token_secret is not None:
+        secret = {"name": spec.hf_token_secret.name, "key": spec.hf_token_secret.key}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    env += [item.model_dump(by_alias=True, exclude_none=True) for item in spec.env or []]
+    container: dict[str, Any] = {
+        "name": RUNNER_CONTAINER,
+        "image": spec.image or DEFAULT_IMAGE,
+        "command": command,
+        "env": env,
+        "volumeMounts": mounts,
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if ports:
+        container["ports"] = ports
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if spec.env_from:
+        container["envFrom"] = list(spec.env_from)
+    if spec.resources is not None:
+        # Quantities as strings, as the API writes them back (2 and "2" are the same quantity).
+        container["resources"] = {
+            kind: {resource: str(amount) for resource, amount in amounts.items()}
+            for kind, amounts in spec.resources.model_dump(exclude_none=True).items()
+        }
+    elif gpus:
+        container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+    tolerations = [item.model_dump(by_alias=True, exclude_none=True) for item in spec.tolerations or []]
+    if spec.tolerations is None and _asks_for_gpus(container.get("resources") or {}):
+        tolerations.append(GPU_TOLERATION)  # GPU nodes carry the nvidia.com/gpu taint
+    pod: dict[str, Any] = {
+        "serviceAccountName": owner.runner,
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNNER_UID,
+            "runAsGroup": RUNNER_UID,
+            "fsGroup": RUNNER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    optional = {
+        "tolerations": tolerations or None,
+        "nodeSelector": spec.node_selector,
+        "affinity": spec.affinity,
+        "priorityClassName": spec.priority_class_name,
+        "runtimeClassName": spec.runtime_class_name,
+        "imagePullSecrets": [ref.model_dump() for ref in spec.image_pull_secrets] if spec.image_pull_secrets else None,
+    }
+    pod.update({key: value for key, value in optional.items() if value is not None})
+    job_spec: dict[str, Any] = {
+        "backoffLimit": spec.retries,
+        "template": {"metadata": {"labels": labels(owner.name)}, "spec": pod},
+    }
+    if spec.timeout is not None:
+        job_spec["activeDeadlineSeconds"] = spec.timeout
+    if spec.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": owner.metadata(owner.name), "spec": job_spec}
+
+
+def _asks_for_gpus(resources: dict[str, dict[str, str]]) -> bool:
+    return any(GPU_RESOURCE in amounts and amounts[GPU_RESOURCE] not in ("0", "") for amounts in resources.values())

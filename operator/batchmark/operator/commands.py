@@ -1,0 +1,111 @@
+"""The operator's subcommands of ``batchmark``, registered through the ``batchmark.commands`` entry points.
+
+Each ``register_*`` adds one subparser whose ``handler`` runs the command. Only argparse is imported here:
+kopf and the Kubernetes client load when a command that needs them runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from batchmark.runner.cli import _port
+
+Subparsers = Any  # argparse's _SubParsersAction, which it does not export
+
+
+def register_crd(commands: Subparsers) -> None:
+    parser = commands.add_parser(
+        "crd",
+        help="print the BatchBenchmark CustomResourceDefinition",
+        description="Print the BatchBenchmark CRD (YAML), generated from the API models; "
+        "crds/batchmark.dev_batchbenchmarks.yaml is this output.",
+    )
+    parser.set_defaults(handler=_crd)
+
+
+def _crd(args: argparse.Namespace) -> int:
+    from batchmark.operator.crd import crd_yaml  # noqa: PLC0415 - yaml and the models load only when asked
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def register_manifest(commands: Subparsers) -> None:
+    run = commands.choices["run"]
+    parser = commands.add_parser(
+        "manifest",
+        parents=[run],
+        add_help=False,
+        help="print a BatchBenchmark for the benchmark that `batchmark run` would run",
+        description="Take exactly the options of `batchmark run` (or --config) and print the BatchBenchmark that "
+        "runs the same benchmark on a cluster: batchmark manifest ... | kubectl apply -f -. --output, --quiet, "
+        "--metrics-address and --metrics-linger have no meaning in a pod and are left out.",
+    )
+    parser.add_argument("--namespace", "-n", help="namespace written into the manifest (default: none)")
+    parser.add_argument("--image", help="runner image (default: the operator's)")
+    parser.set_defaults(handler=_manifest)
+
+
+def _manifest(args: argparse.Namespace) -> int:
+    from batchmark.operator.manifest import manifest_command  # noqa: PLC0415
+
+    return manifest_command(args)
+
+
+def register_operator(commands: Subparsers) -> None:
+    parser = commands.add_parser(
+        "operator",
+        help="run the operator (kopf) that turns BatchBenchmarks into Jobs",
+        description="Watch BatchBenchmarks (all namespaces, or those given) and run each as a Job; serves "
+        "/healthz (kopf's liveness endpoint) and /metrics. Logs in as kubectl does: the service account in a "
+        "pod, else the kubeconfig.",
+    )
+    parser.add_argument(
+        "--namespace", action="append", metavar="NS", help="watch this namespace (repeatable; default: all)"
+    )
+    parser.add_argument("--metrics-address", default="0.0.0.0", help="address of /metrics (default 0.0.0.0)")
+    parser.add_argument("--metrics-port", type=_port, default=8080, help="port of /metrics (default 8080)")
+    parser.add_argument("--health-address", default="0.0.0.0", help="address of /healthz (default 0.0.0.0)")
+    parser.add_argument("--health-port", type=_port, default=8081, help="port of /healthz (default 8081)")
+    parser.add_argument(
+        "--defaults",
+        type=Path,
+        metavar="FILE",
+        help="YAML (OperatorDefaults, camelCase) applied where a spec says nothing",
+    )
+    parser.set_defaults(handler=_operator)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from batchmark.operator.service import operator_command  # noqa: PLC0415
+
+    return operator_command(args)
+
+
+def register_results(commands: Subparsers) -> None:
+    parser = commands.add_parser(
+        "results",
+        help="fetch a finished BatchBenchmark's full results from the cluster",
+        description="Read the full report of a finished BatchBenchmark (its <name>-results ConfigMap) with the "
+        "kubeconfig kubectl would use, and write it as `batchmark run --output` does; without -o, print its summary.",
+    )
+    parser.add_argument("name", help="the BatchBenchmark")
+    parser.add_argument("-n", "--namespace", help="its namespace (default: the kubeconfig context's)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        action="append",
+        default=[],
+        help="write to PATH (.json, .yaml, .csv, or .html: a self-contained report; repeatable)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    parser.set_defaults(handler=_results)
+
+
+def _results(args: argparse.Namespace) -> int:
+    from batchmark.operator.fetch import results_command  # noqa: PLC0415
+
+    return results_command(args)

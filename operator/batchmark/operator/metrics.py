@@ -1,0 +1,108 @@
+"""The operator's own /metrics (names fixed in CONTRACT.md; the chart's dashboards read them)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from batchmark.operator.api import PHASES
+
+RESULT_LABELS = ("namespace", "name", "model", "batch_size", "strategy", "engine")
+# Gauge name -> the field of a status.results entry it shows.
+RESULT_GAUGES = {
+    "batchmark_result_output_tokens_per_second": ("outputTokensPerSecond", "Output tokens per second."),
+    "batchmark_result_total_tokens_per_second": ("totalTokensPerSecond", "Prompt and output tokens per second."),
+    "batchmark_result_requests_per_second": ("requestsPerSecond", "Completed requests per second."),
+    "batchmark_result_request_latency_p50_seconds": ("latencyP50Seconds", "Median request latency, seconds."),
+    "batchmark_result_request_latency_p99_seconds": ("latencyP99Seconds", "p99 request latency, seconds."),
+    "batchmark_result_ttft_p99_seconds": ("ttftP99Seconds", "p99 time to first token, seconds."),
+    "batchmark_result_engine_utilization": ("engineUtilization", "Share of the window the engine was busy, 0-1."),
+}
+
+
+class OperatorMetrics:
+    """Reconcile counts and durations, benchmarks by phase, and finished benchmarks' headline results."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.reconciles = Counter(
+            "batchmark_operator_reconciles",
+            "Reconciles of BatchBenchmarks and their Jobs and pods, by outcome (success, error, retry).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "batchmark_operator_reconcile_duration_seconds",
+            "Time one reconcile took, by outcome.",
+            ["outcome"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.benchmarks = Gauge(
+            "batchmark_operator_benchmarks",
+            "BatchBenchmarks currently in each phase.",
+            ["phase"],
+            registry=self.registry,
+        )
+        self.results = {
+            name: Gauge(name, help_text, RESULT_LABELS, registry=self.registry)
+            for name, (_, help_text) in RESULT_GAUGES.items()
+        }
+        self._lock = threading.Lock()
+        self._phases: dict[tuple[str, str], str] = {}
+        self._series: dict[tuple[str, str], list[tuple[str, ...]]] = {}
+        for phase in PHASES:
+            self.benchmarks.labels(phase).set(0)
+
+    def observe_reconcile(self, outcome: str, seconds: float) -> None:
+        self.reconciles.labels(outcome).inc()
+        self.duration.labels(outcome).observe(seconds)
+
+    def set_phase(self, namespace: str, name: str, phase: str | None) -> None:
+        with self._lock:
+            if phase is None:
+                self._phases.pop((namespace, name), None)
+            else:
+                self._phases[(namespace, name)] = phase
+            counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+            for current in self._phases.values():
+                counts[current] = counts.get(current, 0) + 1
+            for each, count in counts.items():
+                self.benchmarks.labels(each).set(count)
+
+    def set_results(
+        self, namespace: str, name: str, spec: Mapping[str, Any], results: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """One series per benchmark of the resource; replaces what it showed before."""
+        backend = spec.get("backend") or {}
+        model = str(backend.get("model", ""))
+        batch_size = str(backend.get("batchSize", backend.get("batch_size", "")))
+        engine = str(backend.get("engine", "vllm"))
+        with self._lock:
+            self._drop(namespace, name)
+            series: list[tuple[str, ...]] = []
+            for entry in results:
+                labels = (namespace, name, model, batch_size, str(entry.get("strategy", "")), engine)
+                for gauge_name, (field, _) in RESULT_GAUGES.items():
+                    value = entry.get(field)
+                    if isinstance(value, int | float):
+                        self.results[gauge_name].labels(*labels).set(value)
+                series.append(labels)
+            self._series[(namespace, name)] = series
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The resource is gone: its series go too."""
+        self.set_phase(namespace, name, None)
+        with self._lock:
+            self._drop(namespace, name)
+
+    def _drop(self, namespace: str, name: str) -> None:
+        for labels in self._series.pop((namespace, name), []):
+            for gauge in self.results.values():
+                try:
+                    gauge.remove(*labels)
+                except KeyError:
+                    continue

@@ -1,0 +1,33 @@
+"""The permissions the operator itself needs, cluster-wide (the chart's ClusterRole is written from this list).
+
+Why each:
+- batchbenchmarks: watch them; patch for kopf's progress annotations. Their status: the operator's fields.
+- jobs: create the benchmark's Job, watch it, patch ``spec.suspend`` to cancel.
+- pods: watch the Job's pods for the phase (scheduling, termination messages).
+- configmaps, serviceaccounts, roles, rolebindings: create the benchmark's children. The Role it creates
+  grants get/patch on a ConfigMap and on batchbenchmarks/status, and Kubernetes lets only a holder of those
+  permissions grant them, hence get/patch on configmaps.
+- events: the transitions it records (and kopf's warnings).
+- customresourcedefinitions and namespaces: kopf discovers its resources and namespaces with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPERATOR_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+]

@@ -1,0 +1,180 @@
+"""What the operator does, as plain functions over typed inputs (handlers.py only wires them to kopf).
+
+- ``ensure``: on create and on resume: validate what the schema cannot, then create the children
+  idempotently (deterministic names; a 409 means it exists, so a restarted operator makes no second Job).
+- ``refresh``: read the resource, its Job and pods, let ``status.build_status`` decide, patch what changed,
+  record an event for each transition; copy results from the termination message when the runner could not.
+- ``cancel``: suspend the Job, so its pod gets SIGTERM and the runner writes its partial results.
+- ``forget``: the resource is deleted (its children go by owner reference); drop its metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import ValidationError
+
+from batchmark.operator import children
+from batchmark.operator.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.kube import Kube
+from batchmark.operator.metrics import OperatorMetrics
+from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
+from batchmark.runner.summary import headline, parse_summary
+
+log = logging.getLogger(__name__)
+
+# The event recorded when the phase becomes this one: (type, reason).
+_TRANSITION_EVENTS: dict[str, list[tuple[str, str]]] = {
+    "LoadingEngine": [("Normal", "Scheduled")],
+    "Running": [("Normal", "EngineLoaded"), ("Normal", "Running")],
+    "Succeeded": [("Normal", "Completed")],
+    "Failed": [("Warning", "Failed")],
+    "Cancelled": [("Normal", "Cancelled")],
+}
+
+
+class Reconciler:
+    """The operator's state: its API access, its defaults, its metrics, a lock per resource."""
+
+    def __init__(self, kube: Kube, defaults: OperatorDefaults | None = None, metrics: OperatorMetrics | None = None):
+        self.kube = kube
+        self.defaults = defaults or OperatorDefaults()
+        self.metrics = metrics or OperatorMetrics()
+        self._locks: dict[tuple[str, str], threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+
+    @contextmanager
+    def _locked(self, namespace: str, name: str) -> Iterator[None]:
+        """Job, pod and resource events arrive on different threads; one resource is handled by one at a time."""
+        with self._locks_guard:
+            lock = self._locks.setdefault((namespace, name), threading.RLock())
+        with lock:
+            yield
+
+    def ensure(self, body: Mapping[str, Any]) -> None:
+        metadata = body["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        status = body.get("status") or {}
+        if status.get("phase") in FINISHED_PHASES:
+            return
+        owner = children.Owner(namespace, name, metadata["uid"])
+        try:
+            spec = self.defaults.apply(BatchBenchmarkSpec.model_validate(body.get("spec") or {}))
+            config = spec.run_config(name)
+            job = children.job(owner, spec)
+        except (ValidationError, ValueError) as error:
+            self.refresh(namespace, name, invalid=_describe(error))
+            return
+        if spec.cancel and self.kube.get_job(namespace, name) is None:
+            self.refresh(namespace, name)
+            return
+        if status.get("phase") is None:
+            self.refresh(namespace, name)  # Pending, before any child exists
+        # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
+        # phases are written in the order they happened (Scheduling before LoadingEngine).
+        with self._locked(namespace, name):
+            created = False
+            for manifest in (
+                children.config_map(owner, config),
+                children.results_config_map(owner),
+                children.service_account(owner),
+                children.role(owner),
+                children.role_binding(owner),
+                job,
+            ):
+                created = self.kube.create(manifest)
+            # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
+            self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map}, new_job=created)
+
+    def refresh(
+        self,
+        namespace: str,
+        name: str,
+        invalid: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        new_job: bool = False,
+    ) -> StatusUpdate | None:
+        with self._locked(namespace, name):
+            body = self.kube.get_benchmark(namespace, name)
+            if body is None:
+                return None
+            stored: dict[str, Any] = body.get("status") or {}
+            job = self.kube.get_job(namespace, name)
+            listed = self.kube.list_pods(namespace, name) if job and not new_job else []
+            pods = [PodView.from_dict(pod) for pod in listed]
+            observation = Observation(
+                generation=int(body["metadata"].get("generation") or 1),
+                cancel=bool((body.get("spec") or {}).get("cancel")),
+                status=stored,
+                job=JobView.from_dict(job) if job else None,
+                pods=pods,
+                invalid=invalid if stored.get("phase") is None or stored.get("phase") == "Pending" else None,
+            )
+            update = build_status(observation)
+            fields = {**update.fields, **(extra or {})}
+            if update.phase in FINISHED_PHASES and not stored.get("results"):
+                fields.update(_results_from_termination_messages(pods))
+            changed = {key: value for key, value in fields.items() if stored.get(key) != value}
+            if changed:
+                self.kube.patch_status(namespace, name, changed)
+            self._announce(body, update)
+            self.metrics.set_phase(namespace, name, update.phase)
+            results = fields.get("results") or stored.get("results")
+            if update.phase == "Succeeded" or (update.phase in FINISHED_PHASES and results):
+                self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])
+            return update
+
+    def cancel(self, namespace: str, name: str) -> None:
+        self.kube.suspend_job(namespace, name)
+        self.refresh(namespace, name)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.metrics.forget(namespace, name)
+        with self._locks_guard:
+            self._locks.pop((namespace, name), None)
+
+    def _announce(self, body: Mapping[str, Any], update: StatusUpdate) -> None:
+        previous_reason = (body.get("status") or {}).get("reason")
+        events: list[tuple[str, str, str]] = []
+        if update.changed_phase:
+            for kind, reason in _TRANSITION_EVENTS.get(update.phase, []):
+                message = update.message if reason != "Failed" else f"{update.reason}: {update.message}"
+                events.append((kind, reason, message))
+        if update.reason != previous_reason and update.warning and update.phase not in FINISHED_PHASES:
+            events.append(("Warning", update.reason, update.message))
+        for kind, reason, message in events:
+            try:
+                self.kube.event(body, kind, reason, message)
+            except Exception as error:  # an event is a courtesy: never fail the reconcile on one
+                log.warning("could not record event %s on %s: %s", reason, body["metadata"]["name"], error)
+
+
+def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:
+    """The runner's summary from the newest pod that left one: results that survived an unreachable API."""
+    for pod in sorted(pods, key=lambda each: each.created, reverse=True):
+        summary = parse_summary(pod.termination_message or "")
+        if summary is None:
+            continue
+        results = [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in summary.results]
+        fields: dict[str, Any] = {"results": results, "runId": summary.run_id}
+        if summary.engine is not None:
+            fields["engine"] = summary.engine.model_dump(mode="json", by_alias=True, exclude_none=True)
+        best = headline(summary.results)
+        if best is not None:
+            fields["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return fields
+    return {}
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        problems = []
+        for problem in error.errors():
+            location = ".".join(str(part) for part in problem["loc"])
+            problems.append(f"spec.{location}: {problem['msg']}" if location else problem["msg"])
+        return "; ".join(problems)
+    return str(error)

@@ -1,0 +1,104 @@
+"""``batchmark operator``: kopf, standalone, with its liveness endpoint and the operator's own /metrics."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kopf
+import yaml
+from prometheus_client import start_http_server
+from pydantic import ValidationError
+
+from batchmark.operator.api import OperatorDefaults
+from batchmark.operator.handlers import build_registry
+from batchmark.operator.kube import Kube, api_client
+from batchmark.operator.metrics import OperatorMetrics
+from batchmark.operator.reconcile import Reconciler
+
+log = logging.getLogger(__name__)
+EXIT_USAGE = 2
+
+
+class DefaultsError(ValueError):
+    """The --defaults file cannot be used; the message names the key."""
+
+
+def load_defaults(path: Path | None) -> OperatorDefaults:
+    if path is None:
+        return OperatorDefaults()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise DefaultsError(f"--defaults: cannot read {path}: {error}") from None
+    try:
+        return OperatorDefaults.model_validate(data)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        key = ".".join(str(part) for part in problem["loc"]) or "(file)"
+        message = "unknown key" if problem["type"] == "extra_forbidden" else problem["msg"]
+        raise DefaultsError(f"--defaults: {path}: {key}: {message}") from None
+
+
+@dataclass
+class OperatorOptions:
+    """What `batchmark operator` takes (CONTRACT.md)."""
+
+    namespaces: Sequence[str] = ()
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8080
+    health_address: str = "0.0.0.0"
+    health_port: int = 8081
+    defaults: OperatorDefaults = field(default_factory=OperatorDefaults)
+    kubeconfig: str | None = None
+
+
+def run_operator(
+    options: OperatorOptions,
+    stop_flag: threading.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> None:
+    """Run until stopped (a signal, or stop_flag). Blocks."""
+    metrics = OperatorMetrics()
+    server, _ = start_http_server(options.metrics_port, options.metrics_address, registry=metrics.registry)
+    try:
+        reconciler = Reconciler(Kube(api_client(options.kubeconfig)), options.defaults, metrics)
+        kopf.run(
+            registry=build_registry(reconciler),
+            standalone=True,
+            clusterwide=not options.namespaces,
+            namespaces=list(options.namespaces),
+            liveness_endpoint=f"http://{options.health_address}:{options.health_port}/healthz",
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def operator_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        defaults = load_defaults(args.defaults)
+    except DefaultsError as error:
+        log.error("%s", error)
+        return EXIT_USAGE
+    options = OperatorOptions(
+        namespaces=args.namespace or (),
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        health_address=args.health_address,
+        health_port=args.health_port,
+        defaults=defaults,
+    )
+    try:
+        run_operator(options)
+    except OSError as error:  # a port in use
+        log.error("cannot serve: %s", error)
+        return EXIT_USAGE
+    return 0

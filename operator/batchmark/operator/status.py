@@ -1,0 +1,306 @@
+"""The one place that decides a BatchBenchmark's phase, reason and conditions, from its Job and pods.
+
+Writers of the status, one per field:
+- the runner (in the benchmark's pod): ``progress``, ``engine``, ``results``, ``headline``, ``runId``;
+- the operator, through ``build_status`` here: ``phase``, ``reason``, ``message``, ``conditions``,
+  ``observedGeneration``, ``jobName``, ``podName``, ``nodeName``, ``startTime``, ``completionTime``,
+  ``attempts``, ``resultsConfigMap`` — and ``results``/``engine``/``headline`` only when the run finished
+  and the runner could not write them (then they come from the pod's termination message).
+
+Everything here is a pure function over typed views of the Kubernetes objects, tested directly.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
+
+RUNNER_CONTAINER = "runner"
+CONDITION_TYPES = ("Scheduled", "EngineLoaded", "Complete", "Failed")
+# The runner's exit codes (batchmark.runner.cli): 2 is bad input, 1 an engine that failed.
+_EXIT_USAGE = 2
+_MESSAGE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the status needs of one of the Job's pods."""
+
+    name: str
+    created: str
+    phase: str
+    node_name: str | None = None
+    scheduled: bool | None = None  # PodScheduled condition; None: not reported yet
+    unschedulable_message: str | None = None
+    waiting_reason: str | None = None  # the runner container's, e.g. ImagePullBackOff
+    waiting_message: str | None = None
+    exit_code: int | None = None
+    terminated_reason: str | None = None  # e.g. OOMKilled, Error, Completed
+    termination_message: str | None = None
+    deleting: bool = False
+
+    @classmethod
+    def from_dict(cls, pod: Mapping[str, Any]) -> PodView:
+        metadata = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        scheduled: bool | None = None
+        unschedulable: str | None = None
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled":
+                scheduled = condition.get("status") == "True"
+                if not scheduled and condition.get("reason") == "Unschedulable":
+                    unschedulable = condition.get("message") or "no node fits the pod"
+        view = cls(
+            name=metadata.get("name", ""),
+            created=str(metadata.get("creationTimestamp") or ""),
+            phase=status.get("phase") or "Pending",
+            node_name=spec.get("nodeName"),
+            scheduled=scheduled,
+            unschedulable_message=unschedulable,
+            deleting=metadata.get("deletionTimestamp") is not None,
+        )
+        for container in status.get("containerStatuses") or []:
+            if container.get("name") != RUNNER_CONTAINER:
+                continue
+            state = container.get("state") or {}
+            waiting = state.get("waiting") or {}
+            terminated = state.get("terminated") or {}
+            return cls(
+                **{
+                    **view.__dict__,
+                    "waiting_reason": waiting.get("reason"),
+                    "waiting_message": waiting.get("message"),
+                    "exit_code": terminated.get("exitCode"),
+                    "terminated_reason": terminated.get("reason"),
+                    "termination_message": terminated.get("message"),
+                }
+            )
+        return view
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the status needs of the benchmark's Job."""
+
+    name: str
+    created: str
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    suspended: bool = False
+    complete: bool = False
+    failed_reason: str | None = None  # DeadlineExceeded, BackoffLimitExceeded, ...
+    failed_message: str | None = None
+    completion_time: str | None = None
+
+    @classmethod
+    def from_dict(cls, job: Mapping[str, Any]) -> JobView:
+        metadata = job.get("metadata") or {}
+        status = job.get("status") or {}
+        complete = False
+        failed_reason = failed_message = None
+        finished_at = status.get("completionTime")
+        for condition in status.get("conditions") or []:
+            if condition.get("status") != "True":
+                continue
+            if condition.get("type") == "Complete":
+                complete = True
+                finished_at = finished_at or condition.get("lastTransitionTime")
+            elif condition.get("type") == "Failed":
+                failed_reason = condition.get("reason") or "Failed"
+                failed_message = condition.get("message")
+                finished_at = finished_at or condition.get("lastTransitionTime")
+        return cls(
+            name=metadata.get("name", ""),
+            created=str(metadata.get("creationTimestamp") or ""),
+            active=int(status.get("active") or 0),
+            succeeded=int(status.get("succeeded") or 0),
+            failed=int(status.get("failed") or 0),
+            suspended=bool((job.get("spec") or {}).get("suspend")),
+            complete=complete,
+            failed_reason=failed_reason,
+            failed_message=failed_message,
+            completion_time=str(finished_at) if finished_at else None,
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the phase depends on, read at one moment."""
+
+    generation: int
+    cancel: bool
+    status: Mapping[str, Any]  # the resource's status as stored (both writers' fields)
+    job: JobView | None
+    pods: Sequence[PodView] = ()
+    invalid: str | None = None  # why the spec cannot run, found before any Job was made
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    """The operator's fields of the status, and the transition to announce (an event) if the phase changed."""
+
+    fields: dict[str, Any]
+    phase: Phase
+    reason: str
+    message: str
+    previous_phase: str | None
+    warning: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changed_phase(self) -> bool:
+        return self.phase != self.previous_phase
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_status(observation: Observation, timestamp: str | None = None) -> StatusUpdate:
+    """The operator's status fields for what is observed; finished phases never change again."""
+    stored = observation.status
+    previous: str | None = stored.get("phase")
+    when = timestamp or now()
+    pod = _current_pod(observation.pods)
+    if previous in FINISHED_PHASES:
+        phase = cast(Phase, previous)
+        reason, message = stored.get("reason") or phase, stored.get("message") or ""
+    else:
+        phase, reason, message = _phase(observation, pod)
+    warning = phase == "Failed" or reason in ("Unschedulable", "ImagePullBackOff", "ErrImagePull")
+    job = observation.job
+    fields: dict[str, Any] = {
+        "phase": phase,
+        "reason": reason,
+        "message": message[:_MESSAGE_LIMIT],
+        "observedGeneration": observation.generation,
+        "conditions": _conditions(stored.get("conditions") or [], phase, reason, message, pod, observation, when),
+    }
+    if job is not None:
+        fields["jobName"] = job.name
+        fields["startTime"] = stored.get("startTime") or job.created or when
+        # Pods replaced by retries are counted by the Job even once deleted.
+        fields["attempts"] = max(int(stored.get("attempts") or 0), job.active + job.succeeded + job.failed)
+    if pod is not None:
+        fields["podName"] = pod.name
+        if pod.node_name:
+            fields["nodeName"] = pod.node_name
+    if phase in FINISHED_PHASES:
+        fields["completionTime"] = stored.get("completionTime") or (job.completion_time if job else None) or when
+    return StatusUpdate(fields, phase, reason, message, previous, warning)
+
+
+def _current_pod(pods: Sequence[PodView]) -> PodView | None:
+    """The newest pod: after a retry the earlier ones only tell history."""
+    return max(pods, key=lambda pod: (pod.created, pod.name)) if pods else None
+
+
+def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, str]:
+    job = observation.job
+    if observation.invalid is not None:
+        return "Failed", "InvalidConfig", observation.invalid
+    if job is None:
+        if observation.cancel:
+            return "Cancelled", "Cancelled", "cancelled before it started"
+        return "Pending", "Created", "creating the benchmark's Job"
+    if job.complete:
+        return "Succeeded", "Completed", "the benchmark finished"
+    # Not before the pod's process ended: on SIGTERM the runner is still writing its partial results.
+    if observation.cancel and not _pod_alive(pod):
+        return "Cancelled", "Cancelled", "cancelled (spec.cancel); the results so far are kept"
+    if job.failed_reason is not None:
+        return _failure(job, pod)
+    if observation.cancel:
+        return _running_phase(observation, pod, "Cancelling", "stopping the benchmark (spec.cancel)")
+    return _running_phase(observation, pod, None, None)
+
+
+def _pod_alive(pod: PodView | None) -> bool:
+    """A pod being deleted still runs until its process ends: the runner writes its partial results then."""
+    return pod is not None and pod.phase in ("Pending", "Running")
+
+
+def _running_phase(
+    observation: Observation, pod: PodView | None, reason: str | None, message: str | None
+) -> tuple[Phase, str, str]:
+    if pod is None or pod.phase in ("Succeeded", "Failed"):
+        # No pod yet, or between a failed pod and its replacement.
+        return "Scheduling", reason or "Scheduling", message or "waiting for the Job's pod to be scheduled"
+    if not pod.node_name:
+        if pod.unschedulable_message:
+            return "Scheduling", "Unschedulable", pod.unschedulable_message
+        return "Scheduling", reason or "Scheduling", message or "waiting for a node"
+    if pod.waiting_reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError"):
+        return "Scheduling", pod.waiting_reason, pod.waiting_message or pod.waiting_reason
+    progress = observation.status.get("progress") or {}
+    if pod.phase == "Running" and progress.get("podName") == pod.name:
+        return "Running", reason or "Running", message or "the engine is loaded and the benchmark runs"
+    return "LoadingEngine", reason or "LoadingEngine", message or f"the runner is loading the engine on {pod.node_name}"
+
+
+def _failure(job: JobView, pod: PodView | None) -> tuple[Phase, str, str]:
+    if job.failed_reason == "DeadlineExceeded":
+        return "Failed", "DeadlineExceeded", job.failed_message or "the benchmark ran past spec.timeout"
+    told = _last_lines(pod.termination_message) if pod is not None and pod.termination_message else ""
+    if pod is not None and pod.terminated_reason == "OOMKilled":
+        return "Failed", "OOMKilled", "the runner ran out of memory (raise spec.resources.limits.memory)"
+    if pod is not None and pod.exit_code == _EXIT_USAGE:
+        return "Failed", "InvalidConfig", told or "the runner refused its configuration"
+    if pod is not None and pod.exit_code is not None and told:
+        return "Failed", "EngineError", told
+    return "Failed", job.failed_reason or "BackoffLimitExceeded", job.failed_message or "the benchmark's pods failed"
+
+
+def _last_lines(text: str, lines: int = 6) -> str:
+    """The end of a log tail (FallbackToLogsOnError), where the runner's error is."""
+    kept = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
+
+
+def _conditions(
+    stored: Sequence[Mapping[str, Any]],
+    phase: Phase,
+    reason: str,
+    message: str,
+    pod: PodView | None,
+    observation: Observation,
+    when: str,
+) -> list[dict[str, Any]]:
+    previous = {condition.get("type"): condition for condition in stored}
+    scheduled = phase in ("LoadingEngine", "Running", "Succeeded") or (pod is not None and bool(pod.node_name))
+    engine_loaded = phase in ("Running", "Succeeded") or bool(previous.get("EngineLoaded", {}).get("status") == "True")
+    wanted: dict[str, tuple[Literal["True", "False"], str, str]] = {
+        "Scheduled": (
+            ("True", "Scheduled", f"pod {pod.name} runs on {pod.node_name}")
+            if scheduled and pod is not None and pod.node_name
+            else ("True", "Scheduled", "the pod was scheduled")
+            if scheduled
+            else ("False", reason if reason == "Unschedulable" else "Waiting", message)
+        ),
+        "EngineLoaded": ("True", "EngineLoaded", "the runner loaded its engine")
+        if engine_loaded
+        else ("False", "Waiting", "the engine is not loaded yet"),
+        "Complete": ("True", "Completed", message) if phase == "Succeeded" else ("False", phase, message),
+        "Failed": ("True", reason, message) if phase == "Failed" else ("False", "NotFailed", ""),
+    }
+    conditions = []
+    for kind in CONDITION_TYPES:
+        status, why, text = wanted[kind]
+        old = previous.get(kind) or {}
+        transition = old.get("lastTransitionTime") if old.get("status") == status else None
+        condition = Condition(
+            type=kind,
+            status=status,
+            reason=why,
+            message=text[:_MESSAGE_LIMIT],
+            last_transition_time=transition or when,
+            observed_generation=observation.generation,
+        )
+        conditions.append(condition.model_dump(by_alias=True, exclude_none=True))
+    return conditions

@@ -1,0 +1,268 @@
+"""Kueue's manager, built from its Go module by `build`, run as a local process against a ControlPlane.
+
+It manages `batch/v1` Jobs that are created suspended with the `kueue.x-k8s.io/queue-name` label, admits them
+against ClusterQueue quotas and unsuspends them; the node agent then runs their pods. No webhooks are
+registered with the API server (tests/cluster/README.md says why), no visibility server runs, and Kueue acts
+as the cluster's admin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import processes
+from tests.cluster.controlplane import (
+    CLUSTER_DIRECTORY,
+    ClusterBinariesMissingError,
+    ClusterError,
+    ControlPlane,
+    cache_directory,
+    free_port,
+    pinned_version,
+)
+from tests.cluster.pki import make_serving_pair
+
+KUEUE_NAMESPACE = "kueue-system"
+# Kueue reads its metrics server's certificate from this fixed path when its internal certificate management
+# is off; no flag moves it. `setup` writes a self-signed pair there once (tests/cluster/README.md).
+METRICS_CERTIFICATE_DIRECTORY = Path("/etc/kueue/metrics/certs")
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def kueue_version() -> str:
+    """The Kueue release the kueue module pins, e.g. v0.17.0."""
+    return pinned_version(CLUSTER_DIRECTORY / "go" / "kueue" / "go.mod", "sigs.k8s.io/kueue")
+
+
+@dataclass(frozen=True)
+class KueueBinaries:
+    """Kueue's manager and the folder of its CRDs (the module's config/components/crd/bases)."""
+
+    manager: Path
+    crds: Path
+
+
+def locate_kueue() -> KueueBinaries:
+    """Find the cached Kueue build and its metrics certificate, or say how to get them."""
+    directory = cache_directory() / f"kueue-{kueue_version()}"
+    binaries = KueueBinaries(manager=directory / "kueue", crds=directory / "crds")
+    missing = []
+    if not os.access(binaries.manager, os.X_OK):
+        missing.append(str(binaries.manager))
+    if not any(binaries.crds.glob("*.yaml")):
+        missing.append(f"Kueue's CRDs in {binaries.crds}")
+    if not all((METRICS_CERTIFICATE_DIRECTORY / name).is_file() for name in ("tls.crt", "tls.key")):
+        missing.append(f"the certificate Kueue's metrics server reads from {METRICS_CERTIFICATE_DIRECTORY}")
+    if missing:
+        raise ClusterBinariesMissingError(f"missing {', '.join(missing)}; run tests/cluster/setup to install them")
+    return binaries
+
+
+def kueue_configuration(
+    *, health_port: int, metrics_port: int, webhook_port: int, webhook_certificates: Path
+) -> dict[str, Any]:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for a local process on 127.0.0.1."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        # Only Jobs that ask for a queue: the other tests' Jobs on the same cluster are left alone.
+        "manageJobsWithoutQueueName": False,
+        # Its certificate management writes Secrets and patches webhook configurations of an in-cluster
+        # install; a local process gets its certificates as files instead.
+        "internalCertManagement": {"enable": False},
+        "leaderElection": {"leaderElect": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        # The webhook server starts (its readiness is part of Kueue's /readyz) but nothing calls it.
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(webhook_certificates)},
+        "integrations": {"frameworks": ["batch/job"]},
+        # The visibility server (queue positions, through the API aggregation layer) reads its certificate
+        # from /visibility and would need the aggregation layer set up; the local cluster has neither.
+        "featureGates": {"VisibilityOnDemand": False},
+        # Fair sharing between the ClusterQueues of a cohort, as teams sharing GPUs want it.
+        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
+    }
+
+
+@dataclass
+class Kueue:
+    """Kueue running against one ControlPlane. start() installs its CRDs and starts it; stop() stops it."""
+
+    control_plane: ControlPlane
+    binaries: KueueBinaries = field(default_factory=locate_kueue)
+    health_port: int = 0
+    metrics_port: int = 0
+    _record: processes.ProcessRecord | None = None
+    _process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def directory(self) -> Path:
+        return self.control_plane.run_directory / "kueue"
+
+    @property
+    def log_file(self) -> Path:
+        return self.control_plane.layout.log_directory / "kueue.log"
+
+    @property
+    def running(self) -> bool:
+        return self._record is not None and processes.is_alive(self._record)
+
+    def install_crds(self) -> None:
+        """Apply Kueue's CRDs (server-side: some are too large for client-side apply's annotation)."""
+        crds = str(self.binaries.crds)
+        self.control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds)
+        self.control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
+
+    def start(self, timeout_seconds: float = 120) -> None:
+        """Install the CRDs, create Kueue's namespace and start the manager; return once it is ready."""
+        if self.running:
+            return
+        self.install_crds()
+        self.control_plane.kubectl("create", "namespace", KUEUE_NAMESPACE, check=False)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        webhook_certificates = self.directory / "webhook-certs"
+        make_serving_pair(webhook_certificates, "tls", "kueue-webhook")
+        self.health_port, self.metrics_port = free_port(), free_port()
+        configuration = kueue_configuration(
+            health_port=self.health_port,
+            metrics_port=self.metrics_port,
+            webhook_port=free_port(),
+            webhook_certificates=webhook_certificates,
+        )
+        configuration_file = self.directory / "configuration.yaml"
+        # JSON is YAML, and keeps this module free of a YAML dependency.
+        configuration_file.write_text(json.dumps(configuration, indent=2))
+        command = [
+            str(self.binaries.manager),
+            f"--config={configuration_file}",
+            f"--kubeconfig={self.control_plane.kubeconfig}",
+            "--zap-log-level=2",
+        ]
+        self._process, self._record = processes.start_detached(
+            "kueue", command, self.log_file, self.control_plane.layout.pid_directory
+        )
+        deadline = time.monotonic() + timeout_seconds
+        while not self._ready():
+            if self._process.poll() is not None:
+                tail = self.log_file.read_text(errors="replace")[-3000:]
+                self.stop()
+                raise ClusterError(f"kueue exited with status {self._process.returncode}; end of its log:\n{tail}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ClusterError(f"timed out waiting for Kueue to be ready; its log is {self.log_file}")
+            time.sleep(0.2)
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def stop(self) -> None:
+        """Stop the manager (its CRDs and objects stay, as after uninstalling Kueue's Deployment)."""
+        if self._record is not None:
+            processes.stop(self._record, grace_seconds=15)
+            processes.forget(self.control_plane.layout.pid_directory, self._record)
+            self._record = None
+        if self._process is not None:
+            self._process.wait(timeout=5)
+            self._process = None
+
+
+# Manifests of Kueue's API (kueue.x-k8s.io/v1beta2) that tests and benchmarks create.
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def resource_flavor(name: str) -> dict[str, Any]:
+    """A ResourceFlavor for the fake GPU nodes (selected by the label GPU feature discovery sets)."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.present": "true"}},
+    }
+
+
+def cluster_queue(
+    name: str,
+    flavor: str,
+    gpus: int,
+    *,
+    cohort: str | None = None,
+    borrowing_limit: int | None = None,
+    preemption: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ClusterQueue with `gpus` GPUs of quota in `flavor`, open to every namespace."""
+    quota: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": gpus}
+    if borrowing_limit is not None:
+        quota["borrowingLimit"] = borrowing_limit
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [quota]}]}],
+    }
+    if cohort is not None:
+        spec["cohortName"] = cohort
+    if preemption is not None:
+        spec["preemption"] = preemption
+    return {"apiVersion": KUEUE_API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str, Any]:
+    """A LocalQueue: the name a namespace's Jobs ask for, pointing at a ClusterQueue."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue_name},
+    }
+
+
+def workload_priority_class(name: str, value: int) -> dict[str, Any]:
+    """A WorkloadPriorityClass: a priority for Kueue's queueing and preemption only, not for the pods."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "description": f"batchmark test priority {value}",
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`up`: start Kueue against a control plane that `tests/cluster/up` started in RUN_DIR (its `down`
+    stops Kueue too)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="install Kueue's CRDs and start its manager")
+    up.add_argument("--run-dir", required=True, help="the control plane's folder")
+    arguments = parser.parse_args(argv)
+    run_directory = Path(arguments.run_dir).resolve()
+    if not (run_directory / "admin.kubeconfig").exists():
+        print(f"no control plane in {run_directory}; start one with tests/cluster/up", file=sys.stderr)
+        return 1
+    try:
+        manager = Kueue(ControlPlane(run_directory))
+        manager.start()
+    except ClusterError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(f"kueue {kueue_version()} ready; log: {manager.log_file}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Fixtures of the operator's tests: the CRD applied once to the session's control plane."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import pytest
+import yaml
+from kubernetes.client import CustomObjectsApi
+
+from tests.cluster.fixtures import KubeCluster
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD_PATH = ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"
+
+
+@pytest.fixture(scope="session")
+def batchmark_crd(kube_cluster: KubeCluster) -> KubeCluster:
+    """The control plane with the BatchBenchmark CRD applied and established."""
+    kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
+
+    def established() -> bool:
+        condition = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+        result = kube_cluster.kubectl("get", "crd/batchbenchmarks.batchmark.dev", "-o", condition, check=False)
+        return result.stdout.strip() == "True"
+
+    wait_for("the CRD to be established", established, 60)
+    # Established is not yet served by discovery, through which kubectl resolves `bb`.
+    wait_for("bb in discovery", lambda: kube_cluster.kubectl("get", "bb", "-A", check=False).returncode == 0, 60)
+    return kube_cluster
+
+
+def kubectl_apply(cluster: KubeCluster, namespace: str, manifest: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl apply -f -` of a YAML text, as a person would; output captured, not checked."""
+    return subprocess.run(
+        [
+            str(cluster.binaries.kubectl),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "-n",
+            namespace,
+            "apply",
+            "-f",
+            "-",
+            *extra,
+        ],
+        input=manifest,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class OperatorProcess:
+    """`batchmark operator` as a real process (as the chart runs it), watching all namespaces."""
+
+    cluster: KubeCluster
+    log_path: Path
+    metrics_port: int = field(default_factory=free_port)
+    health_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "batchmark.runner.cli", "operator"]
+        command += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
+        command += ["--health-address", "127.0.0.1", "--health-port", str(self.health_port)]
+        environment = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        wait_for("the operator's /healthz", self.healthy, timeout_seconds=60)
+
+    def healthy(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            raise AssertionError(f"the operator exited:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            text: str = response.read().decode()
+            return text
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to clean up, as when a node dies."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def assert_alive(self) -> None:
+        assert self.process is not None
+        assert self.process.poll() is None, self.log_path.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="session")
+def batchmark_operator(
+    batchmark_crd: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator, running for the whole session against the session's control plane."""
+    operator = OperatorProcess(batchmark_crd, tmp_path_factory.mktemp("operator") / "operator.log")
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+Result = TypeVar("Result")
+
+
+def wait_for(what: str, probe: Callable[[], Result | None], timeout_seconds: float = 90) -> Result:
+    """Poll until probe returns something other than None (or False), and return that."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        result = probe()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_seconds} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def benchmark(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    found = CustomObjectsApi(cluster.api_client()).get_namespaced_custom_object(
+        "batchmark.dev", "v1alpha1", namespace, "batchbenchmarks", name
+    )
+    return cast(dict[str, Any], found)
+
+
+def phase_of(cluster: KubeCluster, namespace: str, name: str) -> str | None:
+    phase = (benchmark(cluster, namespace, name).get("status") or {}).get("phase")
+    return str(phase) if phase else None
+
+
+def wait_for_phase(
+    cluster: KubeCluster, namespace: str, name: str, phases: set[str], timeout_seconds: float = 120
+) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        found = benchmark(cluster, namespace, name)
+        return found if (found.get("status") or {}).get("phase") in phases else None
+
+    return wait_for(f"{name} to reach {sorted(phases)}", reached, timeout_seconds)
+
+
+def example(file_name: str, **metadata: Any) -> dict[str, Any]:
+    """An example manifest from examples/, its metadata changed (e.g. another name)."""
+    (document,) = list(yaml.safe_load_all((ROOT / "examples" / file_name).read_text(encoding="utf-8")))
+    document["metadata"].update(metadata)
+    return cast(dict[str, Any], document)

@@ -1,0 +1,182 @@
+"""The CRD on the real API server: kubectl explain, defaults, and bad manifests refused naming the field."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from batchmark.operator.api import BatchBenchmarkSpec
+from batchmark.runner.cli import build_parser, load_config
+from tests.cluster.fixtures import KubeCluster
+from tests.integration.operator.conftest import kubectl_apply, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+
+VALID: dict[str, Any] = {
+    "apiVersion": "batchmark.dev/v1alpha1",
+    "kind": "BatchBenchmark",
+    "metadata": {"name": "valid"},
+    "spec": {
+        "backend": {"model": "m", "engine": "simulated", "batchSize": 4, "simulation": {"timeScale": 0.01}},
+        "data": {"promptTokens": 16, "outputTokens": 8},
+        "profile": {"kind": "throughput"},
+        "constraints": [{"kind": "max_requests", "count": 10}],
+        "metrics": {"port": 0},
+    },
+}
+
+
+def changed(path: str, value: Any) -> dict[str, Any]:
+    """VALID with the value at a dotted path (list indices as numbers) replaced; the value None removes it."""
+    manifest = copy.deepcopy(VALID)
+    *parents, last = path.split(".")
+    node: Any = manifest
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    if value is None:
+        del node[last]
+    else:
+        node[int(last) if last.isdigit() else last] = value
+    return manifest
+
+
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("wrong type", changed("spec.backend.batchSize", "eight"), "spec.backend.batchSize"),
+    ("out of range", changed("spec.backend.batchSize", 0), "spec.backend.batchSize"),
+    ("unknown field", changed("spec.backend.bogus", 1), "spec.backend.bogus"),
+    ("missing model", changed("spec.backend.model", None), "spec.backend.model"),
+    ("missing output tokens", changed("spec.data.outputTokens", None), "spec.data.outputTokens"),
+    ("missing spec", changed("spec", None), "spec"),
+    ("unknown profile kind", changed("spec.profile", {"kind": "burst"}), "spec.profile.kind"),
+    ("required per kind", changed("spec.profile", {"kind": "concurrent"}), "spec.profile"),
+    ("field of another kind", changed("spec.profile", {"kind": "throughput", "streams": 4}), "spec.profile.streams"),
+    ("seed on throughput", changed("spec.profile", {"kind": "throughput", "seed": 1}), "spec.profile.seed"),
+    ("rate must be positive", changed("spec.profile", {"kind": "constant", "rate": 0}), "spec.profile.rate"),
+    ("sweep too small", changed("spec.profile", {"kind": "sweep", "sweepSize": 1}), "spec.profile.sweepSize"),
+    ("no constraint", changed("spec.constraints", []), "spec.constraints"),
+    ("unbounded run", changed("spec.constraints", [{"kind": "max_errors", "count": 3}]), "spec.constraints"),
+    (
+        "count below its kind's minimum",
+        changed("spec.constraints", [{"kind": "max_requests", "count": 0}]),
+        "spec.constraints[0].count",
+    ),
+    (
+        "error rate above 1",
+        changed("spec.constraints", [{"kind": "max_requests", "count": 5}, {"kind": "max_error_rate", "rate": 1.5}]),
+        "spec.constraints[1].rate",
+    ),
+    (
+        "min above max",
+        changed("spec.data", {"promptTokens": 16, "outputTokens": 8, "promptTokensMin": 64, "promptTokensMax": 32}),
+        "spec.data.promptTokensMin",
+    ),
+    ("two ways of warm-up", changed("spec.profile.warmup", {"requests": 2, "seconds": 1}), "spec.profile.warmup"),
+    (
+        "cool-down requests without max_requests",
+        {
+            **changed("spec.constraints", [{"kind": "max_duration", "seconds": 5}]),
+        },
+        "spec.profile.cooldown.requests",
+    ),
+    ("unknown engine", changed("spec.backend.engine", "tpu"), "spec.backend.engine"),
+    ("unknown dispatch", changed("spec.backend.dispatch", "sometimes"), "spec.backend.dispatch"),
+    ("negative retries", changed("spec.retries", -1), "spec.retries"),
+    ("port out of range", changed("spec.metrics.port", 70000), "spec.metrics.port"),
+    ("not a URL", changed("spec.metrics.pushgateway", "ftp://gateway"), "spec.metrics.pushgateway"),
+    ("pull policy", changed("spec.imagePullPolicy", "Sometimes"), "spec.imagePullPolicy"),
+    ("shm size type", changed("spec.shmSize", True), "spec.shmSize"),
+    ("toleration effect", changed("spec.tolerations", [{"key": "a", "effect": "Never"}]), "spec.tolerations[0].effect"),
+    ("zero timeout", changed("spec.timeout", 0), "spec.timeout"),
+    ("name too long", changed("metadata.name", "b" * 64), "metadata.name"),
+]
+INVALID[18][1]["spec"]["profile"] = {"kind": "throughput", "cooldown": {"requests": 2}}
+
+
+def test_kubectl_explain_shows_the_models_descriptions(batchmark_crd: KubeCluster) -> None:
+    # The API server publishes a new CRD's OpenAPI a moment after it is established.
+    wait_for(
+        "the CRD's OpenAPI",
+        lambda: batchmark_crd.kubectl("explain", "bb.spec.backend.batchSize", check=False).returncode == 0,
+        60,
+    )
+    explained = batchmark_crd.kubectl("explain", "bb.spec.backend.batchSize").stdout
+    assert "Requests per micro-batch" in explained
+    explained = batchmark_crd.kubectl("explain", "bb.spec.profile.maxConcurrency").stdout
+    assert "512 for kind throughput, sweep; unset for kind constant, poisson" in " ".join(explained.split())
+    assert "LoadingEngine" in batchmark_crd.kubectl("explain", "bb.status.phase").stdout
+
+
+@pytest.mark.parametrize(("case", "manifest", "field"), INVALID, ids=[case for case, _, _ in INVALID])
+def test_invalid_manifests_are_refused_naming_the_field(
+    batchmark_crd: KubeCluster, kube_namespace: str, case: str, manifest: dict[str, Any], field: str
+) -> None:
+    assert len(INVALID) >= 20
+    result = kubectl_apply(batchmark_crd, kube_namespace, yaml.safe_dump(manifest), "--dry-run=server")
+    assert result.returncode != 0, f"{case}: accepted\n{result.stdout}"
+    assert field in result.stderr, f"{case}: {result.stderr}"
+
+
+def test_the_benchmark_is_immutable_but_cancel_and_how_it_runs_may_change(
+    batchmark_crd: KubeCluster, kube_namespace: str
+) -> None:
+    created = kubectl_apply(batchmark_crd, kube_namespace, yaml.safe_dump(VALID))
+    assert created.returncode == 0, created.stderr
+    changed_benchmark = kubectl_apply(
+        batchmark_crd, kube_namespace, yaml.safe_dump(changed("spec.backend.batchSize", 8))
+    )
+    assert changed_benchmark.returncode != 0
+    assert "spec.backend" in changed_benchmark.stderr
+    assert "immutable" in changed_benchmark.stderr
+    changed_constraints = kubectl_apply(
+        batchmark_crd,
+        kube_namespace,
+        yaml.safe_dump(changed("spec.constraints", [{"kind": "max_requests", "count": 9}])),
+    )
+    assert "spec.constraints" in changed_constraints.stderr
+    assert "immutable" in changed_constraints.stderr
+    cancelled = changed("spec.cancel", True)
+    cancelled["spec"]["image"] = "example.org/runner:other"
+    result = kubectl_apply(batchmark_crd, kube_namespace, yaml.safe_dump(cancelled))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(("profile", "concurrency"), [("kind=throughput", 512), ("kind=constant,rate=4", None)])
+def test_the_api_servers_defaults_give_the_same_run_config_as_the_cli(
+    batchmark_crd: KubeCluster, kube_namespace: str, profile: str, concurrency: int | None
+) -> None:
+    arguments = [
+        "--name",
+        "same",
+        "--backend",
+        "kind=vllm_python_batch,model=m,engine=simulated,simulation.time_scale=0.01",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
+        "--profile",
+        profile,
+        "--constraint",
+        "kind=max_requests,count=10",
+    ]
+    parser = build_parser()
+    from_cli = load_config(parser.parse_args(["run", *arguments]))
+    printed = yaml.safe_dump(
+        {
+            "apiVersion": "batchmark.dev/v1alpha1",
+            "kind": "BatchBenchmark",
+            "metadata": {"name": "same"},
+            # Only what a person writes: the API server fills in the schema's defaults.
+            "spec": from_cli.model_dump(
+                mode="json", by_alias=True, exclude_defaults=True, include={"backend", "data", "profile", "constraints"}
+            ),
+        }
+    )
+    result = kubectl_apply(batchmark_crd, kube_namespace, printed)
+    assert result.returncode == 0, result.stderr
+    stored = yaml.safe_load(batchmark_crd.kubectl("get", "bb", "same", "-n", kube_namespace, "-o", "yaml").stdout)
+    assert stored["spec"]["backend"]["batchSize"] == 32  # the schema's default, applied by the API server
+    assert ("maxConcurrency" in stored["spec"]["profile"]) is False
+    from_cr = BatchBenchmarkSpec.model_validate(stored["spec"]).run_config(stored["metadata"]["name"])
+    assert from_cr == from_cli
+    assert getattr(from_cr.profile, "max_concurrency", None) == concurrency

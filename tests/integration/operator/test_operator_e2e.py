@@ -1,0 +1,369 @@
+"""End to end on the real control plane: the operator (a real process, real kopf) runs BatchBenchmarks as Jobs
+whose pods the node agent runs on fake GPU nodes; the runner in them writes the status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+
+from batchmark.runner.outputs import load_report
+from batchmark.runner.statuswriter import read_report_config_map
+from batchmark.runner.summary import run_summary
+from tests.cluster.fixtures import KubeCluster
+from tests.integration.operator.conftest import (
+    OperatorProcess,
+    benchmark,
+    example,
+    kubectl_apply,
+    wait_for,
+    wait_for_phase,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+
+
+def apply(cluster: KubeCluster, namespace: str, manifest: dict[str, Any]) -> None:
+    result = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+    assert result.returncode == 0, result.stderr
+
+
+def results_report(cluster: KubeCluster, namespace: str, name: str) -> Any:
+    config_map = CoreV1Api(cluster.api_client()).read_namespaced_config_map(f"{name}-results", namespace)
+    return read_report_config_map(config_map.to_dict())
+
+
+def short_run(name: str, seconds: float | None = None, requests: int = 60, **spec: Any) -> dict[str, Any]:
+    """The simulated example, made short (or bounded by seconds, for tests that act while it runs)."""
+    manifest = example("simulated-throughput.yaml", name=name)
+    if seconds is not None:
+        manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": seconds}]
+        manifest["spec"]["profile"] = {"kind": "constant", "rate": 20}
+    else:
+        manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": requests}]
+    manifest["spec"].update(spec)
+    return manifest
+
+
+def test_lifecycle_columns_wait_events_and_results(
+    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
+) -> None:
+    cluster = batchmark_operator.cluster
+    watcher = subprocess.Popen(
+        [
+            *(str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "-n", kube_namespace, "get", "bb"),
+            *("-w", "-o", "jsonpath={.status.phase}{'\\n'}"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1)
+        apply(cluster, kube_namespace, example("simulated-throughput.yaml"))
+        waited = cluster.kubectl(
+            "wait", "--for=condition=Complete", "bb/simulated-throughput", "-n", kube_namespace, "--timeout=180s"
+        )
+        assert "condition met" in waited.stdout
+        time.sleep(1)
+    finally:
+        watcher.terminate()
+        output, _ = watcher.communicate(timeout=10)
+    phases = [line for line in dict.fromkeys(output.split()) if line]
+    assert phases == ["Pending", "Scheduling", "LoadingEngine", "Running", "Succeeded"]
+
+    found = benchmark(cluster, kube_namespace, "simulated-throughput")
+    status = found["status"]
+    assert status["attempts"] == 1
+    assert status["nodeName"].startswith("gpu-node-")  # it asked for a GPU
+    assert status["jobName"] == "simulated-throughput"
+    assert status["engine"]["simulated"] is True
+    conditions = {condition["type"]: condition["status"] for condition in status["conditions"]}
+    assert conditions == {"Scheduled": "True", "EngineLoaded": "True", "Complete": "True", "Failed": "False"}
+
+    # status.results are the full report's figures, compacted.
+    report = results_report(cluster, kube_namespace, "simulated-throughput")
+    assert report is not None
+    expected = [
+        entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in run_summary(report).results
+    ]
+    assert status["results"] == expected
+    assert status["runId"] == report.run_id
+
+    table = cluster.kubectl("get", "bb", "-n", kube_namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "PHASE", "MODEL", "BATCH", "TOK/S", "REQ/S", "P50", "AGE"]
+    row = table[1].split()
+    assert row[:4] == ["simulated-throughput", "Succeeded", "Qwen/Qwen3-0.6B", "16"]
+    assert float(row[4]) == pytest.approx(status["headline"]["outputTokensPerSecond"], rel=1e-3)
+    assert float(row[5]) > 0
+    assert float(row[6]) > 0
+    wide = cluster.kubectl("get", "bb", "-n", kube_namespace, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[-2:] == ["P99", "ENGINE"]
+    assert wide[1].split()[-1] == "simulated"
+
+    events = json.loads(
+        cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            kube_namespace,
+            "--field-selector",
+            "involvedObject.name=simulated-throughput",
+            "-o",
+            "json",
+        ).stdout
+    )
+    reasons = {event["reason"] for event in events["items"] if event["involvedObject"]["kind"] == "BatchBenchmark"}
+    assert {"Scheduled", "EngineLoaded", "Running", "Completed"} <= reasons
+
+    # `batchmark results` writes what `batchmark run --output` would; its figures equal the status's.
+    report_path = tmp_path / "report.json"
+    fetched = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "batchmark.runner.cli",
+            "results",
+            "simulated-throughput",
+            "-n",
+            kube_namespace,
+            "-o",
+            str(report_path),
+        ],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert fetched.returncode == 0, fetched.stderr
+    written = load_report(report_path)
+    assert written == report
+    summary = run_summary(written).results[0]
+    assert summary.output_tokens_per_second == status["results"][0]["outputTokensPerSecond"]
+
+    # The operator's /metrics: the result gauges, by phase, reconciles.
+    metrics = batchmark_operator.metrics()
+    assert (
+        f'batchmark_result_output_tokens_per_second{{batch_size="16",engine="simulated",model="Qwen/Qwen3-0.6B",name="simulated-throughput",namespace="{kube_namespace}"'
+        in metrics
+    )
+    assert 'batchmark_operator_reconciles_total{outcome="success"}' in metrics
+    assert "batchmark_operator_reconcile_duration_seconds_bucket" in metrics
+
+    # Deleting the resource removes what it owns, and its series.
+    cluster.kubectl("delete", "bb", "simulated-throughput", "-n", kube_namespace, "--wait=true")
+    wait_for("the Job to be collected", lambda: _job_gone(cluster, kube_namespace, "simulated-throughput"), 60)
+    wait_for(
+        "the result series to go",
+        lambda: f'name="simulated-throughput",namespace="{kube_namespace}"' not in batchmark_operator.metrics(),
+        30,
+    )
+
+
+def _job_gone(cluster: KubeCluster, namespace: str, name: str) -> bool:
+    jobs = BatchV1Api(cluster.api_client()).list_namespaced_job(namespace).items
+    config_maps = (
+        CoreV1Api(cluster.api_client())
+        .list_namespaced_config_map(namespace, label_selector=f"batchmark.dev/benchmark={name}")
+        .items
+    )
+    return not jobs and not config_maps
+
+
+def test_a_sweep_reports_every_benchmark(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+    cluster = batchmark_operator.cluster
+    apply(cluster, kube_namespace, example("simulated-sweep.yaml"))
+    found = wait_for_phase(cluster, kube_namespace, "simulated-sweep", {"Succeeded", "Failed"}, 240)
+    assert found["status"]["phase"] == "Succeeded", found["status"]
+    assert [entry["strategy"].split("@")[0].split("x")[0] for entry in found["status"]["results"]] == [
+        "synchronous",
+        "throughput",
+        "constant",
+        "constant",
+    ]
+
+
+def test_least_privilege_of_the_runner(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+    cluster = batchmark_operator.cluster
+    apply(cluster, kube_namespace, short_run("mine"))
+    apply(cluster, kube_namespace, short_run("other"))
+    wait_for_phase(cluster, kube_namespace, "mine", {"Succeeded"})
+    runner = f"system:serviceaccount:{kube_namespace}:mine-runner"
+
+    def can(*arguments: str) -> str:
+        result = cluster.kubectl("auth", "can-i", *arguments, "-n", kube_namespace, f"--as={runner}", check=False)
+        return result.stdout.strip()
+
+    assert can("patch", "batchbenchmarks.batchmark.dev/mine", "--subresource=status") == "yes"
+    assert can("get", "batchbenchmarks.batchmark.dev/mine", "--subresource=status") == "yes"
+    assert can("patch", "configmaps/mine-results") == "yes"
+    assert can("patch", "batchbenchmarks.batchmark.dev/other", "--subresource=status") == "no"
+    assert can("patch", "batchbenchmarks.batchmark.dev/mine") == "no"  # the spec, not the status
+    assert can("delete", "batchbenchmarks.batchmark.dev/mine") == "no"
+    assert can("patch", "configmaps/other-results") == "no"
+    assert can("patch", "configmaps/mine-config") == "no"
+    assert can("get", "secrets") == "no"
+    assert can("list", "pods") == "no"
+    assert can("create", "pods") == "no"
+
+
+def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+    cluster = batchmark_operator.cluster
+    printed = subprocess.run(
+        [
+            *(
+                sys.executable,
+                "-m",
+                "batchmark.runner.cli",
+                "manifest",
+                "--name",
+                "from-manifest",
+                "--metrics-port",
+                "0",
+            ),
+            *("--backend", "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated,simulation.time_scale=0.02"),
+            *("--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=8"),
+            *("--profile", "kind=concurrent,streams=4", "--constraint", "kind=max_requests,count=30"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    result = kubectl_apply(cluster, kube_namespace, printed)
+    assert result.returncode == 0, result.stderr
+    found = wait_for_phase(cluster, kube_namespace, "from-manifest", {"Succeeded", "Failed"})
+    assert found["status"]["phase"] == "Succeeded", found["status"]
+    assert found["status"]["results"][0]["requests"]["completed"] == 30
+
+
+def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
+    batchmark_operator: OperatorProcess, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    broken = short_run("broken")
+    broken["spec"]["backend"]["engine"] = "vllm"
+    broken["spec"]["backend"]["vllmConfig"] = {"tensor_parallel_size": "two"}
+    del broken["spec"]["resources"]
+    apply(cluster, kube_namespace, broken)
+    failed = wait_for_phase(cluster, kube_namespace, "broken", {"Failed"}, 60)
+    assert failed["status"]["reason"] == "InvalidConfig"
+    assert "tensor_parallel_size" in failed["status"]["message"]
+    assert BatchV1Api(cluster.api_client()).list_namespaced_job(kube_namespace).items == []
+    batchmark_operator.assert_alive()
+    apply(cluster, kube_namespace, short_run("fine"))
+    assert wait_for_phase(cluster, kube_namespace, "fine", {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"
+
+
+def test_cancel_keeps_partial_results(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+    cluster = batchmark_operator.cluster
+    apply(cluster, kube_namespace, short_run("long", seconds=120))
+    wait_for(
+        "progress",
+        lambda: (
+            ((benchmark(cluster, kube_namespace, "long").get("status") or {}).get("progress") or {}).get(
+                "requestsCompleted", 0
+            )
+            > 5
+        ),
+    )
+    CustomObjectsApi(cluster.api_client()).patch_namespaced_custom_object(
+        "batchmark.dev",
+        "v1alpha1",
+        kube_namespace,
+        "batchbenchmarks",
+        "long",
+        {"spec": {"cancel": True}},
+        _content_type="application/merge-patch+json",
+    )
+    found = wait_for_phase(cluster, kube_namespace, "long", {"Cancelled", "Failed", "Succeeded"}, 90)
+    status = found["status"]
+    assert status["phase"] == "Cancelled", status
+    assert status["results"][0]["stopReason"] == "interrupted by SIGTERM"
+    assert status["results"][0]["requests"]["completed"] > 0
+    report = results_report(cluster, kube_namespace, "long")
+    assert report is not None
+    assert report.complete is False
+
+
+def test_operator_restart_mid_run_makes_no_second_job(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+    cluster = batchmark_operator.cluster
+    apply(cluster, kube_namespace, short_run("survivor", seconds=8))
+    wait_for_phase(cluster, kube_namespace, "survivor", {"Running"})
+    batchmark_operator.kill()
+    time.sleep(2)
+    batchmark_operator.start()
+    found = wait_for_phase(cluster, kube_namespace, "survivor", {"Succeeded", "Failed"})
+    assert found["status"]["phase"] == "Succeeded", found["status"]
+    assert found["status"]["results"]
+    jobs = BatchV1Api(cluster.api_client()).list_namespaced_job(kube_namespace).items
+    assert [job.metadata.name for job in jobs if job.metadata is not None] == ["survivor"]
+    assert found["status"]["attempts"] == 1
+
+
+def test_a_killed_pod_is_retried_and_counted(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+    cluster = batchmark_operator.cluster
+    apply(cluster, kube_namespace, short_run("retried", seconds=6, retries=1))
+    running = wait_for_phase(cluster, kube_namespace, "retried", {"Running"})
+    first_pod = running["status"]["podName"]
+    cluster.kubectl("delete", "pod", first_pod, "-n", kube_namespace, "--grace-period=1", "--wait=false")
+    found = wait_for_phase(cluster, kube_namespace, "retried", {"Succeeded", "Failed"}, 180)
+    status = found["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["attempts"] == 2
+    assert status["podName"] != first_pod
+    report = results_report(cluster, kube_namespace, "retried")
+    assert report is not None
+    assert report.complete is True
+
+
+def test_results_arrive_through_the_termination_message_when_the_api_server_is_unreachable(
+    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
+) -> None:
+    cluster = batchmark_operator.cluster
+    unreachable = tmp_path / "unreachable.kubeconfig"
+    kubeconfig = yaml.safe_load(cluster.kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"  # nothing listens there
+    unreachable.write_text(yaml.safe_dump(kubeconfig))
+    apply(cluster, kube_namespace, short_run("cut-off", env=[{"name": "KUBECONFIG", "value": str(unreachable)}]))
+    found = wait_for_phase(cluster, kube_namespace, "cut-off", {"Succeeded", "Failed"}, 240)
+    status = found["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["results"][0]["requests"]["completed"] == 60
+    assert status["headline"]["outputTokensPerSecond"] > 0
+    assert "progress" not in status  # the runner never reached the API server
+    assert results_report(cluster, kube_namespace, "cut-off") is None
+
+
+def test_not_enough_gpus_waits_in_scheduling_then_runs(
+    batchmark_operator: OperatorProcess, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    for index in range(len(cluster.gpu_node_names)):
+        blocker = short_run(f"blocker-{index}", seconds=300, resources={"limits": {"nvidia.com/gpu": 8}})
+        apply(cluster, kube_namespace, blocker)
+    for index in range(len(cluster.gpu_node_names)):
+        wait_for_phase(cluster, kube_namespace, f"blocker-{index}", {"Running"})
+    apply(cluster, kube_namespace, short_run("waiting"))
+
+    def unschedulable() -> dict[str, Any] | None:
+        status: dict[str, Any] = benchmark(cluster, kube_namespace, "waiting").get("status") or {}
+        return status if status.get("reason") == "Unschedulable" else None
+
+    waiting = wait_for("Unschedulable", unschedulable, 60)
+    assert waiting["phase"] == "Scheduling"
+    assert "nvidia.com/gpu" in waiting["message"]
+    time.sleep(3)
+    assert benchmark(cluster, kube_namespace, "waiting")["status"]["phase"] == "Scheduling"
+    cluster.kubectl("delete", "bb", "blocker-0", "-n", kube_namespace, "--wait=false")
+    found = wait_for_phase(cluster, kube_namespace, "waiting", {"Succeeded", "Failed"}, 180)
+    assert found["status"]["phase"] == "Succeeded", found["status"]
+    cluster.kubectl("delete", "bb", "blocker-1", "-n", kube_namespace, "--wait=false")

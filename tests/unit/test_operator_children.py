@@ -1,0 +1,139 @@
+"""The objects a BatchBenchmark owns: names, owner references, the pod spec and the runner's Role."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from batchmark.operator import children
+from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
+
+OWNER = children.Owner("team", "qwen3", "uid-1")
+BENCHMARK: dict[str, Any] = {
+    "backend": {"model": "Qwen/Qwen3-0.6B", "batchSize": 8},
+    "data": {"promptTokens": 16, "outputTokens": 8},
+    "profile": {"kind": "throughput"},
+    "constraints": [{"kind": "max_requests", "count": 10}],
+}
+
+
+def spec(**changes: Any) -> BatchBenchmarkSpec:
+    return BatchBenchmarkSpec.model_validate({**BENCHMARK, **changes})
+
+
+def pod_spec(job: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = job["spec"]["template"]["spec"]
+    return spec
+
+
+def test_every_child_is_owned_and_labelled() -> None:
+    config = spec().run_config("qwen3")
+    for manifest in (
+        children.config_map(OWNER, config),
+        children.results_config_map(OWNER),
+        children.service_account(OWNER),
+        children.role(OWNER),
+        children.role_binding(OWNER),
+        children.job(OWNER, spec()),
+    ):
+        metadata = manifest["metadata"]
+        assert metadata["namespace"] == "team"
+        assert metadata["ownerReferences"] == [
+            {
+                "apiVersion": "batchmark.dev/v1alpha1",
+                "kind": "BatchBenchmark",
+                "name": "qwen3",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert metadata["labels"]["batchmark.dev/benchmark"] == "qwen3"
+    names = {children.job(OWNER, spec())["metadata"]["name"], OWNER.config_map, OWNER.results_config_map, OWNER.runner}
+    assert names == {"qwen3", "qwen3-config", "qwen3-results", "qwen3-runner"}
+
+
+def test_the_runner_may_touch_only_its_own_status_and_results() -> None:
+    rules = children.role(OWNER)["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["batchmark.dev"],
+            "resources": ["batchbenchmarks/status"],
+            "resourceNames": ["qwen3"],
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["qwen3-results"], "verbs": ["get", "patch"]},
+    ]
+
+
+def test_the_pod_spec() -> None:
+    job = children.job(OWNER, spec(retries=2, timeout=600, ttlSecondsAfterFinished=60))
+    assert job["spec"]["backoffLimit"] == 2
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+    assert job["spec"]["ttlSecondsAfterFinished"] == 60
+    pod = pod_spec(job)
+    assert job["spec"]["template"]["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "batchmark",
+        "app.kubernetes.io/component": "benchmark",
+        "batchmark.dev/benchmark": "qwen3",
+    }
+    assert pod["serviceAccountName"] == "qwen3-runner"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["command"][:4] == ["batchmark", "run", "--config", children.CONFIG_PATH]
+    assert container["command"][-4:] == ["--metrics-address", "0.0.0.0", "--metrics-port", "8000"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 8000, "protocol": "TCP"}]
+    assert container["securityContext"] == {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    env = {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+    assert env[children.ENV_NAME] == "qwen3"
+    assert env[children.ENV_UID] == "uid-1"
+    assert env[children.ENV_TERMINATION] == container["terminationMessagePath"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
+    # vLLM with no resources: one GPU and the GPU taint tolerated.
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert children.GPU_TOLERATION in pod["tolerations"]
+
+
+def test_gpus_follow_tensor_and_pipeline_parallelism() -> None:
+    backend = {**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2}}
+    container = pod_spec(children.job(OWNER, spec(backend=backend)))["containers"][0]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    with pytest.raises(ValueError, match="tensor_parallel_size"):
+        children.job(OWNER, spec(backend={**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": "two"}}))
+
+
+def test_simulated_engine_asks_for_no_gpu_and_port_zero_declares_no_port() -> None:
+    backend = {**BENCHMARK["backend"], "engine": "simulated"}
+    pod = pod_spec(children.job(OWNER, spec(backend=backend, metrics={"port": 0})))
+    assert "resources" not in pod["containers"][0]
+    assert "tolerations" not in pod
+    assert "ports" not in pod["containers"][0]
+    assert pod["containers"][0]["command"][-4:] == ["--metrics-port", "0", "--metrics-linger", "0"]
+
+
+def test_model_cache_and_token_and_operator_defaults() -> None:
+    defaults = OperatorDefaults.model_validate(
+        {"image": "registry.example/runner:1", "modelCache": {"claimName": "models"}, "hfTokenSecret": {"name": "hf"}}
+    )
+    resolved = defaults.apply(spec(image=None))
+    pod = pod_spec(children.job(OWNER, resolved))
+    container = pod["containers"][0]
+    assert container["image"] == "registry.example/runner:1"
+    assert {"name": "HF_HOME", "value": "/models"} in container["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in container["env"]
+    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "models"}} in pod["volumes"]
+    # The spec wins where it says something.
+    assert defaults.apply(spec(image="mine:2")).image == "mine:2"
+
+
+def test_operator_defaults_forbid_unknown_keys() -> None:
+    with pytest.raises(ValueError, match="bogus"):
+        OperatorDefaults.model_validate({"bogus": 1})

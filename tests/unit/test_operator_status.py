@@ -1,0 +1,150 @@
+"""The phase and conditions of a BatchBenchmark, decided from its Job and pods (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from batchmark.operator.status import JobView, Observation, PodView, build_status
+
+T0 = "2026-01-01T00:00:00Z"
+
+
+def job(**status: Any) -> JobView:
+    conditions = []
+    if status.pop("complete", False):
+        conditions.append({"type": "Complete", "status": "True", "lastTransitionTime": T0})
+    failed = status.pop("failed_reason", None)
+    if failed:
+        conditions.append({"type": "Failed", "status": "True", "reason": failed, "message": "job said so"})
+    suspend = status.pop("suspend", False)
+    return JobView.from_dict(
+        {
+            "metadata": {"name": "bb", "creationTimestamp": T0},
+            "spec": {"suspend": suspend},
+            "status": {**status, "conditions": conditions},
+        }
+    )
+
+
+def pod(phase: str = "Pending", node: str | None = None, name: str = "bb-1", **extra: Any) -> PodView:
+    status: dict[str, Any] = {"phase": phase, "conditions": extra.pop("conditions", [])}
+    if "terminated" in extra:
+        status["containerStatuses"] = [{"name": "runner", "state": {"terminated": extra.pop("terminated")}}]
+    if "waiting" in extra:
+        status["containerStatuses"] = [{"name": "runner", "state": {"waiting": extra.pop("waiting")}}]
+    spec = {"nodeName": node} if node else {}
+    return PodView.from_dict(
+        {"metadata": {"name": name, "creationTimestamp": extra.pop("created", T0)}, "spec": spec, "status": status}
+    )
+
+
+def observe(job_view: JobView | None, pods: list[PodView], cancel: bool = False, **status: Any) -> Observation:
+    return Observation(generation=1, cancel=cancel, status=status, job=job_view, pods=pods)
+
+
+def conditions(update_fields: dict[str, Any]) -> dict[str, str]:
+    return {condition["type"]: condition["status"] for condition in update_fields["conditions"]}
+
+
+def test_the_lifecycle_pending_scheduling_loading_running_succeeded() -> None:
+    assert build_status(observe(None, [])).phase == "Pending"
+    assert build_status(observe(job(active=1), [])).phase == "Scheduling"
+    loading = build_status(observe(job(active=1), [pod("Running", node="gpu-node-0")]))
+    assert loading.phase == "LoadingEngine"
+    assert conditions(loading.fields)["Scheduled"] == "True"
+    assert conditions(loading.fields)["EngineLoaded"] == "False"
+    running = build_status(
+        observe(job(active=1), [pod("Running", node="gpu-node-0")], progress={"podName": "bb-1"}, phase="LoadingEngine")
+    )
+    assert running.phase == "Running"
+    assert running.changed_phase
+    assert conditions(running.fields)["EngineLoaded"] == "True"
+    done = build_status(
+        observe(job(succeeded=1, complete=True), [pod("Succeeded", node="gpu-node-0")], phase="Running")
+    )
+    assert done.phase == "Succeeded"
+    assert conditions(done.fields) == {
+        "Scheduled": "True",
+        "EngineLoaded": "True",
+        "Complete": "True",
+        "Failed": "False",
+    }
+    assert done.fields["attempts"] == 1
+    assert done.fields["completionTime"]
+
+
+def test_unschedulable_carries_the_schedulers_message() -> None:
+    message = "0/3 nodes are available: 2 Insufficient nvidia.com/gpu."
+    waiting = pod(
+        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
+    )
+    update = build_status(observe(job(active=1), [waiting]))
+    assert (update.phase, update.reason, update.message) == ("Scheduling", "Unschedulable", message)
+    assert update.warning
+    assert conditions(update.fields)["Scheduled"] == "False"
+
+
+@pytest.mark.parametrize(
+    ("terminated", "job_reason", "reason"),
+    [
+        ({"exitCode": 137, "reason": "OOMKilled"}, "BackoffLimitExceeded", "OOMKilled"),
+        (
+            {"exitCode": 2, "reason": "Error", "message": "batchmark run: error: --backend: model: bad"},
+            "BackoffLimitExceeded",
+            "InvalidConfig",
+        ),
+        (
+            {"exitCode": 1, "reason": "Error", "message": "log\nbatchmark run: the engine failed: CUDA OOM"},
+            "BackoffLimitExceeded",
+            "EngineError",
+        ),
+        ({"exitCode": 1, "reason": "Error"}, "BackoffLimitExceeded", "BackoffLimitExceeded"),
+        (None, "DeadlineExceeded", "DeadlineExceeded"),
+    ],
+)
+def test_failures_name_their_reason(terminated: dict[str, Any] | None, job_reason: str, reason: str) -> None:
+    pods = [pod("Failed", node="gpu-node-0", terminated=terminated)] if terminated else []
+    update = build_status(observe(job(failed=1, failed_reason=job_reason), pods, phase="Running"))
+    assert (update.phase, update.reason) == ("Failed", reason)
+    assert conditions(update.fields)["Failed"] == "True"
+    if reason == "EngineError":
+        assert "CUDA OOM" in update.message
+
+
+def test_a_retry_goes_back_to_scheduling_and_counts_attempts() -> None:
+    first = pod("Failed", node="gpu-node-0", name="bb-a", created="2026-01-01T00:00:00Z", terminated={"exitCode": 137})
+    second = pod("Pending", name="bb-b", created="2026-01-01T00:00:05Z")
+    update = build_status(observe(job(active=1, failed=1), [first, second], phase="Running", attempts=1))
+    assert update.phase == "Scheduling"
+    assert update.fields["attempts"] == 2
+    assert update.fields["podName"] == "bb-b"
+
+
+def test_cancel_waits_for_the_pod_then_is_cancelled() -> None:
+    alive = build_status(observe(job(active=1, suspend=True), [pod("Running", node="n")], cancel=True, phase="Running"))
+    assert alive.reason == "Cancelling"
+    gone = build_status(observe(job(suspend=True), [], cancel=True, phase="Running"))
+    assert gone.phase == "Cancelled"
+    assert build_status(observe(None, [], cancel=True)).phase == "Cancelled"
+
+
+def test_finished_phases_never_change() -> None:
+    update = build_status(observe(job(active=1), [pod()], phase="Succeeded", reason="Completed", message="done"))
+    assert update.phase == "Succeeded"
+    assert not update.changed_phase
+
+
+def test_invalid_config_fails_before_any_job() -> None:
+    observation = Observation(generation=1, cancel=False, status={}, job=None, invalid="spec.backend: bad")
+    update = build_status(observation)
+    assert (update.phase, update.reason, update.message) == ("Failed", "InvalidConfig", "spec.backend: bad")
+
+
+def test_condition_times_stay_while_their_status_stays() -> None:
+    first = build_status(observe(job(active=1), [pod("Running", node="n")]), timestamp="2026-01-01T00:00:01Z")
+    again = build_status(
+        observe(job(active=1), [pod("Running", node="n")], **first.fields), timestamp="2026-01-01T00:09:00Z"
+    )
+    assert again.fields["conditions"] == first.fields["conditions"]

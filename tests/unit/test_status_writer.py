@@ -1,0 +1,41 @@
+"""The runner's status writer, where it needs no cluster: switched on by the environment; the results ConfigMap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchmark.runner.statuswriter import (
+    COMPRESSED_REPORT_KEY,
+    REPORT_KEY,
+    StatusTarget,
+    StatusWriter,
+    read_report_config_map,
+    report_config_map_data,
+)
+from tests.unit.test_summary import sweep_report
+
+
+def test_off_without_the_resources_identity() -> None:
+    assert StatusWriter.from_environment({}) is None
+    target = StatusTarget.from_environment(
+        {
+            "BATCHMARK_RESOURCE_NAMESPACE": "ns",
+            "BATCHMARK_RESOURCE_NAME": "bb",
+            "BATCHMARK_RESOURCE_UID": "u",
+            "BATCHMARK_TERMINATION_MESSAGE_PATH": "/dev/termination-log",
+        }
+    )
+    assert target is not None
+    assert (target.namespace, target.name, target.uid) == ("ns", "bb", "u")
+    assert target.termination_message_path == Path("/dev/termination-log")
+
+
+def test_the_report_goes_plain_when_it_fits_and_compressed_when_not() -> None:
+    report = sweep_report(3)
+    plain = report_config_map_data(report)
+    assert REPORT_KEY in plain["data"]
+    assert read_report_config_map(plain) == report
+    squeezed = report_config_map_data(report, limit=len(report.model_dump_json()) - 1)
+    assert COMPRESSED_REPORT_KEY in squeezed["binaryData"]
+    assert read_report_config_map(squeezed) == report
+    assert read_report_config_map({"data": {}}) is None
