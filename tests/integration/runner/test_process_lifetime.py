@@ -122,8 +122,8 @@ def test_no_process_outlives_the_run(
     alive, _ = wait_gone(started, AFTER_EXIT_SECONDS)
     assert alive == [], f"{ending}: still running after `batchmark run` exited: {alive}"
     if exit_code is None:
-        assert process.returncode not in (0, 2), stderr
-        assert "engine" in stderr
+        assert process.returncode == 3, stderr  # the README's exit code for an engine that died
+        assert "killed by SIGKILL" in stderr
     else:
         assert process.returncode == exit_code, stderr
         report = json.loads(output.read_text())
@@ -233,7 +233,8 @@ def test_a_run_warns_about_engine_processes_left_by_an_earlier_run(tmp_path: Pat
     message = " ".join(stderr.split())
     assert "warning:" in message
     assert f"VLLM::EngineCore (pid {leftover.pid}, 0.1 GiB" in message
-    assert f"kill {leftover.pid}" in message
+    # Other VLLM:: processes on the machine (another run's) may be named too; ours must be among those to kill.
+    assert str(leftover.pid) in message.rsplit("end them with: kill", 1)[1].split()
 
 
 def test_the_warning_names_every_process_and_their_memory() -> None:
