@@ -5,7 +5,12 @@ benchmarks (one GPU each, short runs) as fast as the API server takes them, and 
 apply -> Job created, Job finished -> phase Succeeded, the time to drain all, how many ran at once, and the
 operator's peak RSS (VmHWM). Prints one JSON object.
 
-    .venv/bin/python benchmarks/operator_scale.py --benchmarks 200
+With --kueue, the real Kueue (tests/cluster/kueue.py) admits them instead: a ClusterQueue with as many GPUs
+of quota as the nodes have (16), the benchmarks queued in its LocalQueue (spec.queueName); it also records
+apply -> admitted (Kueue unsuspends the Job) and apply -> phase Succeeded.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/operator_scale.py --benchmarks 200
+    PYTHONPATH=. .venv/bin/python benchmarks/operator_scale.py --benchmarks 200 --kueue
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ from kubernetes import watch
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def manifest(name: str, requests: int) -> dict[str, Any]:
-    return {
+def manifest(name: str, requests: int, queue: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "apiVersion": "batchmark.dev/v1alpha1",
         "kind": "BatchBenchmark",
         "metadata": {"name": name},
@@ -47,6 +53,9 @@ def manifest(name: str, requests: int) -> dict[str, Any]:
             "metrics": {"enabled": False},
         },
     }
+    if queue is not None:
+        body["spec"]["queueName"] = queue
+    return body
 
 
 def free_port() -> int:
@@ -68,6 +77,7 @@ class Recorder:
         self.cluster = cluster
         self.namespace = namespace
         self.job_created: dict[str, float] = {}
+        self.job_admitted: dict[str, float] = {}  # first seen unsuspended
         self.job_finished: dict[str, float] = {}
         self.succeeded: dict[str, float] = {}
         self.running_pods: set[str] = set()
@@ -98,6 +108,8 @@ class Recorder:
             name = job.metadata.name
             with self.lock:
                 self.job_created.setdefault(name, now)
+                if not job.spec.suspend:
+                    self.job_admitted.setdefault(name, now)
                 conditions = (job.status.conditions if job.status else None) or []
                 if any(c.type == "Complete" and c.status == "True" for c in conditions):
                     self.job_finished.setdefault(name, now)
@@ -136,13 +148,28 @@ def main() -> int:
     parser.add_argument("--benchmarks", type=int, default=200)
     parser.add_argument("--requests", type=int, default=40, help="requests per benchmark")
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--kueue", action="store_true", help="queue them through the real Kueue (16 GPUs of quota)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
         cluster.start_node_agent()
-        cluster.kubectl("apply", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
+        cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", "--timeout=120s")
         namespace = "scale"
         cluster.kubectl("create", "namespace", namespace)
+        queue = None
+        if args.kueue:
+            Kueue(cluster).start()  # stopped with the control plane
+            gpus = cluster.gpus_per_node * len(cluster.gpu_node_names)
+            kueue_api = CustomObjectsApi(cluster.api_client())
+            for plural, body in (
+                ("resourceflavors", resource_flavor("gpu")),
+                ("clusterqueues", cluster_queue("gpus", "gpu", gpus)),
+            ):
+                kueue_api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, body)
+            kueue_api.create_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", local_queue(namespace, "gpus", "gpus")
+            )
+            queue = "gpus"
         metrics_port, health_port = free_port(), free_port()
         log = (Path(directory) / "operator.log").open("wb")
         operator = subprocess.Popen(
@@ -173,7 +200,7 @@ def main() -> int:
             for index in range(args.benchmarks):
                 name = f"bb-{index:03d}"
                 api.create_namespaced_custom_object(
-                    "batchmark.dev", "v1alpha1", namespace, "batchbenchmarks", manifest(name, args.requests)
+                    "batchmark.dev", "v1alpha1", namespace, "batchbenchmarks", manifest(name, args.requests, queue)
                 )
                 applied[name] = time.monotonic()
             while len(recorder.succeeded) < args.benchmarks and time.monotonic() - started < args.timeout:
@@ -186,7 +213,12 @@ def main() -> int:
                 for name in recorder.succeeded
                 if name in recorder.job_finished
             ]
+            to_succeeded = [recorder.succeeded[name] - applied[name] for name in applied if name in recorder.succeeded]
+            to_admitted = [
+                recorder.job_admitted[name] - applied[name] for name in applied if name in recorder.job_admitted
+            ]
             figures = {
+                "kueue": args.kueue,
                 "benchmarks": args.benchmarks,
                 "succeeded": len(recorder.succeeded),
                 "max_running_at_once": recorder.max_running,
@@ -194,6 +226,10 @@ def main() -> int:
                 "apply_to_job_p99_s": round(percentile(to_job, 0.99), 3),
                 "job_finished_to_succeeded_p50_s": round(statistics.median(to_phase), 3),
                 "job_finished_to_succeeded_p99_s": round(percentile(to_phase, 0.99), 3),
+                "apply_to_admitted_p50_s": round(statistics.median(to_admitted), 3),
+                "apply_to_admitted_p99_s": round(percentile(to_admitted, 0.99), 3),
+                "apply_to_succeeded_p50_s": round(statistics.median(to_succeeded), 3),
+                "apply_to_succeeded_p99_s": round(percentile(to_succeeded, 0.99), 3),
                 "drain_all_s": round(drained, 1),
                 "operator_peak_rss_mb": round(peak_rss_mb(operator.pid), 1),
             }

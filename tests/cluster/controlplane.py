@@ -296,7 +296,11 @@ class ControlPlane:
         return self._pki
 
     def __enter__(self) -> ControlPlane:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # __exit__ is not called when __enter__ fails: what did start must not leak
+            raise
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -378,8 +382,10 @@ class ControlPlane:
             )
         write_kubeconfig(layout.kubeconfig, self.server, pki.ca.certificate, "batchmark-admin", client=pki.admin)
 
-        # The controller manager and the scheduler retry until the API server answers, so they start now
-        # rather than after it is ready: that overlaps their start-up with its.
+        # The controller manager gives up (exits) when the API server is not healthy to it within about 10 s,
+        # and until the API server has made its bootstrap RBAC roles it is not: on a loaded machine that
+        # takes longer. So both start once the API server is ready.
+        self._wait_until(deadline, "kube-apiserver /readyz", lambda: self._get("/readyz") is not None)
         self._start_component(
             "kube-controller-manager",
             [
@@ -411,7 +417,6 @@ class ControlPlane:
             ],
         )
 
-        self._wait_until(deadline, "kube-apiserver /readyz", lambda: self._get("/readyz") is not None)
         self.create_nodes()
         # The service-account controller creates `default` in each namespace; its presence shows the
         # controller manager works, and pods cannot be created before it exists.

@@ -51,3 +51,60 @@ def test_bare_numbers_mean_seconds_with_a_duration_else_requests() -> None:
     assert window.cooldown_seconds == 5.0
     assert not window.measured(index=0, enqueued=1.0, completed=56.0, start=0.0)
     assert window.measured(index=0, enqueued=1.0, completed=54.0, start=0.0)
+
+
+def timed_batch(batch_id: int, first: int, size: int, started: float, engine: float, overhead: float) -> BatchEvent:
+    """A batch whose engine call took ``engine`` seconds of the ``engine + overhead`` the dispatcher spent."""
+    completions = [Completion(first + i, 16, 8, None, NO_TIMINGS) for i in range(size)]
+    report = BatchReport(
+        batch_id,
+        True,
+        started,
+        started,
+        started + engine + overhead,
+        completions,
+        0,
+        engine_seconds=engine,
+        overhead_seconds=overhead,
+        steps=9,
+        harness_cpu=0.002 * (batch_id + 1),
+    )
+    return BatchEvent(report=report, enqueued=[started] * size, measured=[True] * size)
+
+
+def test_utilisation_counts_only_the_engine_calls_and_overhead_is_a_distribution() -> None:
+    aggregator = Aggregator(
+        start=0.0, started_wall=0.0, first_id=0, window=Window(), sample_requests=0, worker_cpu_start=0.001
+    )
+    # Ten batches back to back, each 90 ms in generate() and 10 ms of the harness's own work.
+    for index in range(10):
+        aggregator.on_batch(timed_batch(index, index * 4, 4, index * 0.1, engine=0.09, overhead=0.01))
+    result = aggregator.finish(
+        end=1.0, stop_reason="max_requests", incomplete=0, interrupted=False, strategy=Strategy("throughput")
+    )
+    assert result.measured_duration == pytest.approx(1.0)
+    assert result.engine_utilization == pytest.approx(0.9)
+    overhead = result.distributions.dispatch_overhead
+    assert overhead.count == 10
+    assert overhead.mean == pytest.approx(0.01)
+    assert result.engine_steps == 90
+    assert result.engine_steps_per_1000_requests == pytest.approx(1000 * 90 / 40)
+    # The worker's share is what its reports say it spent since the benchmark began (0.020 - 0.001 s), plus
+    # this process's own CPU, which is never negative.
+    assert result.harness_cpu_seconds is not None
+    assert result.harness_cpu_seconds >= 0.019
+    assert result.harness_cpu_per_request == pytest.approx(result.harness_cpu_seconds / 40)
+    assert sum(point.engine_busy for point in result.timeline) == pytest.approx(0.9)
+
+
+def test_results_written_before_these_figures_still_load() -> None:
+    result = Aggregator(start=0.0, started_wall=0.0, first_id=0, window=Window(), sample_requests=0).finish(
+        end=1.0, stop_reason="max_requests", incomplete=0, interrupted=False, strategy=Strategy("throughput")
+    )
+    old = result.model_dump(mode="json")
+    for key in ("engine_steps", "engine_steps_per_1000_requests", "harness_cpu_seconds", "harness_cpu_per_request"):
+        del old[key]
+    del old["distributions"]["dispatch_overhead"]
+    loaded = type(result).model_validate(old)
+    assert loaded.engine_steps == 0
+    assert loaded.distributions.dispatch_overhead.count == 0

@@ -2,9 +2,11 @@ import io
 
 from rich.console import Console
 
-from batchmark.runner.console import ConsoleObserver
-from batchmark.runner.events import Progress
+from batchmark.runner.console import ConsoleObserver, print_summary
+from batchmark.runner.events import BatchEvent, Progress
 from batchmark.runner.profiles import Strategy
+from tests.unit.observability_data import batch, benchmark
+from tests.unit.observability_data import report as run_report
 
 
 def progress(completed: int) -> Progress:
@@ -38,3 +40,16 @@ def test_no_progress_bar_when_not_a_terminal() -> None:
     observer.on_progress(progress(50))
     assert "in flight" not in output.getvalue()
     assert "benchmark 1: throughputx8" in output.getvalue()
+
+
+def test_the_summary_shows_steps_overhead_and_harness_cpu() -> None:
+    event = batch(0, 0, 4, 0.2)
+    report = event.report._replace(engine_seconds=0.4, overhead_seconds=0.00025, steps=8, harness_cpu=0.01)
+    result = benchmark([BatchEvent(report, event.enqueued, event.measured)])
+    output = io.StringIO()
+    print_summary(Console(file=output, width=200), run_report([result]))
+    text = output.getvalue()
+    assert "steps/1k req" in text
+    assert "2000" in text  # 8 steps for 4 requests
+    assert "0.00025" in text  # the overhead's mean (and median) per batch
+    assert "harness CPU s/req" in text

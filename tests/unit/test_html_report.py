@@ -133,6 +133,19 @@ def test_throughput_bins_keep_every_token_and_span_several_batches() -> None:
     assert tokens == pytest.approx(sum(point.output_tokens for point in timeline))
 
 
+def test_the_page_and_the_comparison_show_overhead_steps_and_harness_cpu() -> None:
+    page = render_report(simple_report())
+    for column in ("overhead p50", "overhead p99", "steps/1k req", "CPU s/req"):
+        assert f"<th>{column}</th>" in page
+    metrics = {row.metric for row in compare_rows([("a", simple_report()), ("b", simple_report("def456"))])}
+    assert {
+        "dispatch overhead mean, s",
+        "dispatch overhead p99, s",
+        "engine steps / 1k requests",
+        "harness CPU s / request",
+    } <= metrics
+
+
 def test_a_result_without_benchmarks_renders_in_every_format(tmp_path: Path) -> None:
     """A run stopped before its first benchmark (a signal while the engine loads) still writes every output."""
     empty = report([]).model_copy(update={"complete": False, "stop_reason": "interrupted by SIGTERM"})

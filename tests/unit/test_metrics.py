@@ -10,12 +10,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner import __version__
+from batchmark.runner.config import SweepConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.events import BatchEvent, Progress
 from batchmark.runner.metrics import SECONDS_BUCKETS, MetricsObserver, MetricsServer, batch_size_buckets
 from tests.unit.observability_data import CONFIG, batch, benchmark
 
-LABELS = {"benchmark": "unit", "run_id": "r1"}
+LABELS = {"benchmark": "unit", "run_id": "r1", "batch_size": "4"}
 
 
 def samples(observer: MetricsObserver) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -118,3 +119,38 @@ def test_server_binds_loopback_and_releases_its_port() -> None:
     with socket.socket() as probe:  # closed means closed: the port can be bound again at once
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", server.port))
+
+
+def test_dispatch_overhead_engine_busy_and_steps_follow_the_report() -> None:
+    events = []
+    for index, at in enumerate((0.2, 0.9, 1.6)):
+        event = batch(index, index * 4, 4, at)
+        report = event.report._replace(engine_seconds=0.4, overhead_seconds=0.0002 * (index + 1), steps=8)
+        events.append(BatchEvent(report, event.enqueued, event.measured))
+    observer = MetricsObserver(CONFIG, "r1")
+    for event in events:
+        observer.on_batch(event)
+    result = benchmark(events)
+    overhead = result.distributions.dispatch_overhead
+    assert value(observer, "batchmark_dispatch_overhead_seconds_count") == overhead.count == 3
+    assert value(observer, "batchmark_dispatch_overhead_seconds_sum") == pytest.approx(0.0002 * (1 + 2 + 3))
+    assert value(observer, "batchmark_dispatch_overhead_seconds_bucket", le="0.00025") == 1
+    assert value(observer, "batchmark_engine_busy_seconds_total") == pytest.approx(1.2)
+    assert value(observer, "batchmark_engine_steps_total") == result.engine_steps == 24
+
+
+def test_a_sweep_moves_the_series_to_each_points_batch_size() -> None:
+    swept = CONFIG.model_copy(update={"sweep": SweepConfig(batch_size=[2, 16])})
+    observer = MetricsObserver(swept, "r1")
+    observer.on_sweep_point({"batch_size": 2}, 0, 2)
+    observer.on_phase("measuring")
+    observer.on_batch(batch(0, 0, 2, 0.1))
+    observer.on_sweep_point({"batch_size": 16}, 1, 2)
+    observer.on_batch(batch(1, 2, 4, 0.3))
+    observer.on_phase("done")
+    assert value(observer, "batchmark_requests_total", batch_size="2", outcome="success") == 2
+    assert value(observer, "batchmark_requests_total", batch_size="16", outcome="success") == 4
+    assert value(observer, "batchmark_phase", batch_size="16", phase="done") == 1
+    assert value(observer, "batchmark_phase", batch_size="2", phase="measuring") == 0
+    # Buckets up to the largest size swept.
+    assert value(observer, "batchmark_effective_batch_size_bucket", batch_size="16", le="16.0") == 1

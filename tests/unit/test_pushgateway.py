@@ -50,7 +50,11 @@ def test_a_success_pushes_results_and_its_timestamp() -> None:
         for sample in family.samples
     }
     strategy = good.benchmarks[0].strategy
-    key = ("batchmark_result_output_tokens_per_second", (("strategy", strategy),))
+    batch_size = str(good.config["backend"]["batch_size"])
+    key = (
+        "batchmark_result_output_tokens_per_second",
+        (("batch_size", batch_size), ("strategy", strategy), ("swept", "")),
+    )
     assert samples[key] == good.benchmarks[0].throughput.output_tokens_per_second
     assert samples[("batchmark_last_success_timestamp_seconds", ())] == 456.0
 
@@ -65,6 +69,54 @@ def test_an_unreachable_gateway_is_retried_with_back_off_then_reported() -> None
     assert outcome.delays == [0.01, 0.02]
     assert outcome.error is not None
     assert "refused" in outcome.error.lower()
+
+
+def test_a_sweep_pushes_each_point_under_its_batch_size_with_budget_cost_and_recommendation() -> None:
+    from batchmark.runner.budget import recommend
+    from batchmark.runner.results import CostFigures, Goodput, SloVerdict
+
+    base = simple_report().benchmarks[0]
+    points = []
+    for index, (size, met) in enumerate(((4, True), (8, False))):
+        points.append(
+            base.model_copy(
+                update={
+                    "swept": {"batch_size": size, "dispatch": "continuous"},
+                    "batch_size": size,
+                    "slo": SloVerdict(
+                        met=met,
+                        targets=[],
+                        goodput=Goodput(requests=3, requests_per_second=1.5, output_tokens_per_second=12.0),
+                    ),
+                    "cost": CostFigures(
+                        gpus=1,
+                        gpu_cost_per_hour=2.0,
+                        per_million_output_tokens=10.0 + index,
+                        per_million_total_tokens=2.0,
+                    ),
+                }
+            )
+        )
+    swept = report(points).model_copy(update={"recommendation": recommend(points, budget=True)})
+    text = generate_latest(results_registry("unit", swept, now=1.0)).decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+    def labels(size: int, **extra: str) -> tuple[tuple[str, str], ...]:
+        values = {"strategy": base.strategy, "batch_size": str(size), "swept": "dispatch=continuous", **extra}
+        return tuple(sorted(values.items()))
+
+    assert samples[("batchmark_result_output_tokens_per_second", labels(4))] == base.throughput.output_tokens_per_second
+    assert samples[("batchmark_result_output_tokens_per_second", labels(8))] == base.throughput.output_tokens_per_second
+    assert samples[("batchmark_result_slo_met", labels(4))] == 1
+    assert samples[("batchmark_result_slo_met", labels(8))] == 0
+    assert samples[("batchmark_result_goodput_output_tokens_per_second", labels(8))] == 12.0
+    assert samples[("batchmark_result_cost_per_million_tokens", labels(8, kind="output"))] == 11.0
+    assert samples[("batchmark_result_recommended", labels(4))] == 1
+    assert samples[("batchmark_result_recommended", labels(8))] == 0
 
 
 def test_a_stopping_process_makes_no_further_attempt() -> None:

@@ -14,7 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__
-from batchmark.runner.config import BackendConfig, ConstraintConfig, DataConfig, ProfileConfig, RunConfig
+from batchmark.runner.config import (
+    MAX_SWEEP_BENCHMARKS,
+    BackendConfig,
+    ConstraintConfig,
+    CostConfig,
+    DataConfig,
+    ProfileConfig,
+    RunConfig,
+    SweepConfig,
+)
 from batchmark.runner.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
 GROUP = "batchmark.dev"
@@ -149,6 +158,17 @@ class BatchBenchmarkSpec(ApiModel):
     sample_requests: int = Field(
         default=20, ge=0, le=10000, description="Per-request records kept in the full results."
     )
+    sweep: SweepConfig | None = Field(
+        default=None,
+        description="Backend settings to run the whole profile at, in one Job and one engine load for all that"
+        f" leave the engine alone; at most {MAX_SWEEP_BENCHMARKS} benchmarks in all.",
+    )
+    slo: dict[str, float] | None = Field(
+        default=None,
+        description="Latency budget, DISTRIBUTION_STATISTIC to seconds, e.g. request_latency_p99: 2.0, ttft_p95: 0.5:"
+        " each benchmark reports whether it met every target and its goodput; the best that met it is recommended.",
+    )
+    cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
     image: str | None = Field(
         default=None, min_length=1, description=f"Runner image; default: the operator's, else {DEFAULT_IMAGE}."
     )
@@ -169,7 +189,24 @@ class BatchBenchmarkSpec(ApiModel):
     node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pod must match.")
     tolerations: list[Toleration] | None = Field(default=None, description="Taints the pod tolerates.")
     affinity: dict[str, Any] | None = Field(default=None, description="Pod affinity rules, as in a pod spec.")
-    priority_class_name: str | None = Field(default=None, description="PriorityClass of the pod.")
+    priority_class_name: str | None = Field(
+        default=None,
+        description=(
+            "PriorityClass of the pod. With queueName, also Kueue's WorkloadPriorityClass of that name when one"
+            " exists (the priority Kueue queues and preempts by)."
+        ),
+    )
+    queue_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description=(
+            "Kueue LocalQueue (in the benchmark's namespace) to wait in for GPU quota: the Job is created"
+            " suspended with the kueue.x-k8s.io/queue-name label and runs once Kueue admits it. Default: the"
+            " operator's queueName. Refused (phase Failed, reason KueueNotInstalled) where Kueue is not installed."
+        ),
+    )
     runtime_class_name: str | None = Field(default=None, description="RuntimeClass of the pod (e.g. nvidia).")
     env: list[EnvVar] | None = Field(default=None, description="Extra environment of the runner container.")
     env_from: list[dict[str, Any]] | None = Field(
@@ -206,6 +243,9 @@ class BatchBenchmarkSpec(ApiModel):
                 "profile": self.profile,
                 "constraints": self.constraints,
                 "sample_requests": self.sample_requests,
+                "sweep": self.sweep,
+                "slo": self.slo or {},
+                "cost": self.cost,
             }
         )
 
@@ -213,12 +253,26 @@ class BatchBenchmarkSpec(ApiModel):
 class Condition(ApiModel):
     """A condition, as Kubernetes writes them (kubectl wait --for=condition=Complete reads these)."""
 
-    type: str = Field(description="Scheduled, EngineLoaded, Complete or Failed.")
+    type: str = Field(description="Scheduled, EngineLoaded, Complete or Failed; with Kueue also Admitted, Preempted.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word saying why.")
     message: str = Field(default="", description="What a person needs to know.")
     last_transition_time: str = Field(description="When the status last changed, RFC 3339.")
     observed_generation: int | None = Field(default=None, description="The spec generation it describes.")
+
+
+class Preemption(ApiModel):
+    """One time Kueue preempted the benchmark to give its quota to another: that attempt's pod was stopped,
+    and the benchmark went back to its queue to run again."""
+
+    time: str = Field(description="When Kueue preempted it, RFC 3339.")
+    attempt: int = Field(description="The attempt it ended (see attempts).")
+    reason: str = Field(description="Kueue's reason, e.g. InClusterQueue or InCohortReclamation.")
+    message: str = Field(default="", description="Kueue's message: what preempted it.")
+    run_id: str | None = Field(default=None, description="Id of the preempted attempt's run, if it wrote results.")
+    results: list[BenchmarkSummary] | None = Field(
+        default=None, description="The results the preempted attempt had when it stopped (kept, never lost)."
+    )
 
 
 class BatchBenchmarkStatus(ApiModel):
@@ -227,14 +281,21 @@ class BatchBenchmarkStatus(ApiModel):
     phase: Phase | None = Field(default=None, description="Pending, Queued, Scheduling, LoadingEngine, Running, ...")
     reason: str | None = Field(default=None, description="Why the phase is what it is, one CamelCase word.")
     message: str | None = Field(default=None, description="The reason in words.")
-    conditions: list[Condition] | None = Field(default=None, description="Scheduled, EngineLoaded, Complete, Failed.")
+    conditions: list[Condition] | None = Field(
+        default=None, description="Scheduled, EngineLoaded, Complete, Failed; with Kueue also Admitted, Preempted."
+    )
     observed_generation: int | None = Field(default=None, description="The spec generation last acted on.")
     job_name: str | None = Field(default=None, description="The benchmark's Job.")
     pod_name: str | None = Field(default=None, description="The Job's current (or last) pod.")
     node_name: str | None = Field(default=None, description="Node the pod runs on.")
     start_time: str | None = Field(default=None, description="When the Job was created, RFC 3339.")
     completion_time: str | None = Field(default=None, description="When the benchmark finished, RFC 3339.")
-    attempts: int | None = Field(default=None, description="Pods started so far (1 + retries used).")
+    attempts: int | None = Field(
+        default=None, description="Pods started so far (1 + retries used + times Kueue preempted it)."
+    )
+    preemptions: list[Preemption] | None = Field(
+        default=None, max_length=20, description="Times Kueue preempted it, oldest first, with their results."
+    )
     results_config_map: str | None = Field(default=None, description="ConfigMap holding the full report.")
     run_id: str | None = Field(default=None, description="Id of the runner's run (in the full report too).")
     progress: ProgressStatus | None = Field(default=None, description="The run in progress (written by the runner).")
@@ -266,6 +327,7 @@ _DEFAULTED_FIELDS = (
     "node_selector",
     "model_cache",
     "hf_token_secret",
+    "queue_name",
 )
 
 

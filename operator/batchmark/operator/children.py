@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from batchmark.operator import kueue
 from batchmark.operator.api import (
     API_VERSION,
     DEFAULT_IMAGE,
@@ -150,8 +151,11 @@ def gpu_count(spec: BatchBenchmarkSpec) -> int:
     return count
 
 
-def job(owner: Owner, spec: BatchBenchmarkSpec) -> dict[str, Any]:
-    """The Job that runs ``batchmark run`` on the config ConfigMap, as the runner's ServiceAccount."""
+def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | None = None) -> dict[str, Any]:
+    """The Job that runs ``batchmark run`` on the config ConfigMap, as the runner's ServiceAccount.
+
+    With ``spec.queueName`` it is created suspended, labelled with its Kueue LocalQueue (and its
+    WorkloadPriorityClass, when the caller found one): Kueue unsuspends it when it admits it."""
     gpus = gpu_count(spec)
     command = ["batchmark", "run", "--config", CONFIG_PATH, "--quiet"]
     ports: list[dict[str, Any]] = []
@@ -250,7 +254,11 @@ def job(owner: Owner, spec: BatchBenchmarkSpec) -> dict[str, Any]:
         job_spec["activeDeadlineSeconds"] = spec.timeout
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": owner.metadata(owner.name), "spec": job_spec}
+    metadata = owner.metadata(owner.name)
+    if spec.queue_name is not None:
+        job_spec["suspend"] = True
+        metadata["labels"] |= kueue.job_labels(spec.queue_name, workload_priority_class)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
 def _asks_for_gpus(resources: dict[str, dict[str, str]]) -> bool:

@@ -14,8 +14,10 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from batchmark.operator import kueue
 from batchmark.operator.api import GROUP, PLURAL, VERSION
 from batchmark.operator.reconcile import Reconciler
+from batchmark.operator.status import benchmark_signature, child_signature
 
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
@@ -65,19 +67,36 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
             timed(lambda: reconciler.cancel(namespace, name))
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def resource_changed(type: str, namespace: str | None, name: str, **_: Any) -> None:
+    def resource_changed(type: str, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
         if not namespace:
             return
         if type == "DELETED":
             reconciler.forget(namespace, name)
-        else:  # also on the initial listing (type None): a restarted operator restores its result gauges
+        # Also on the initial listing (type None): a restarted operator restores its result gauges.
+        elif reconciler.worth_refreshing(("benchmark", namespace, name), benchmark_signature(body)):
             timed(lambda: reconciler.refresh(namespace, name))
 
-    @kopf.on.event("batch", "v1", "jobs", labels=BENCHMARK_LABELS, registry=registry)
-    @kopf.on.event("", "v1", "pods", labels=BENCHMARK_LABELS, registry=registry)
-    def child_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-        benchmark = labels.get("batchmark.dev/benchmark")
-        if benchmark and namespace:
-            timed(lambda: reconciler.refresh(namespace, benchmark))
+    def child_changed(kind: str) -> Callable[..., None]:
+        def handler(
+            type: str, namespace: str | None, name: str, labels: kopf.Labels, body: kopf.Body, **_: Any
+        ) -> None:
+            benchmark = labels.get("batchmark.dev/benchmark")
+            signature = None if type == "DELETED" else child_signature(kind, body)
+            if benchmark and namespace and reconciler.worth_refreshing((kind, namespace, name), signature):
+                timed(lambda: reconciler.refresh(namespace, benchmark))
+
+        return handler
+
+    kopf.on.event("batch", "v1", "jobs", labels=BENCHMARK_LABELS, registry=registry)(child_changed("Job"))
+    kopf.on.event("", "v1", "pods", labels=BENCHMARK_LABELS, registry=registry)(child_changed("Pod"))
+
+    # Kueue's Workload of a queued benchmark's Job (Job name = benchmark name): admission, the reason it waits,
+    # preemption. Served from when Kueue's CRDs exist (kopf follows the CRDs).
+    @kopf.on.event(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "workloads", registry=registry)
+    def workload_changed(namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+        owners = meta.get("ownerReferences") or []
+        job = next((owner["name"] for owner in owners if owner.get("kind") == "Job"), None)
+        if job and namespace:
+            timed(lambda: reconciler.refresh(namespace, job))
 
     return registry

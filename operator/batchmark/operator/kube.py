@@ -7,13 +7,14 @@ Logging in follows kubectl: the pod's service account when there is one, else th
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from batchmark.operator import kueue
 from batchmark.operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 COMPONENT = "batchmark-operator"
@@ -129,3 +130,68 @@ class Kube:
             "count": 1,
         }
         self.core.create_namespaced_event(metadata["namespace"], client.CoreV1Event.model_validate(body))
+
+
+class KueueApi:
+    """The operator's reads (and one write) of Kueue's objects."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.apis = client.ApisApi(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def installed(self) -> bool:
+        """Whether the API server serves Kueue's API (its CRDs are installed). Discovery needs no RBAC."""
+        groups = self.apis.get_api_versions().groups or []
+        return any(
+            group.name == kueue.KUEUE_GROUP
+            and any(version.version == kueue.KUEUE_VERSION for version in group.versions or [])
+            for group in groups
+        )
+
+    def _exists(self, read: Callable[[], object]) -> bool:
+        try:
+            read()
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        return self._exists(
+            lambda: self.custom.get_namespaced_custom_object(
+                kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, namespace, "localqueues", name
+            )
+        )
+
+    def priority_class_exists(self, name: str) -> bool:
+        return self._exists(
+            lambda: self.custom.get_cluster_custom_object(
+                kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "workloadpriorityclasses", name
+            )
+        )
+
+    def workload_of(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
+        """The Workload Kueue made for the Job with this uid, or None before it exists."""
+        found = self.custom.list_namespaced_custom_object(
+            kueue.KUEUE_GROUP,
+            kueue.KUEUE_VERSION,
+            namespace,
+            "workloads",
+            label_selector=f"{kueue.JOB_UID_LABEL}={job_uid}",
+        )
+        items: list[dict[str, Any]] = cast(dict[str, Any], found).get("items") or []
+        return items[0] if items else None
+
+    def deactivate(self, namespace: str, name: str) -> None:
+        """Tell Kueue to evict the Workload and keep it out (spec.active false): the way to stop a Job it
+        manages, which it would otherwise unsuspend again."""
+        self.custom.patch_namespaced_custom_object(
+            kueue.KUEUE_GROUP,
+            kueue.KUEUE_VERSION,
+            namespace,
+            "workloads",
+            name,
+            {"spec": {"active": False}},
+            _content_type=MERGE_PATCH,
+        )

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from batchmark.operator.api import PHASES
 
 RESULT_LABELS = ("namespace", "name", "model", "batch_size", "strategy", "engine")
+RECONCILE_OUTCOMES = ("success", "error", "retry")
 # Gauge name -> the field of a status.results entry it shows.
 RESULT_GAUGES = {
     "batchmark_result_output_tokens_per_second": ("outputTokensPerSecond", "Output tokens per second."),
@@ -56,6 +57,11 @@ class OperatorMetrics:
         self._series: dict[tuple[str, str], list[tuple[str, ...]]] = {}
         for phase in PHASES:
             self.benchmarks.labels(phase).set(0)
+        # Every outcome's series exists from the start (at 0), so an error rate reads 0 rather than "no data"
+        # before the first error, and rate() sees the first error as an increase.
+        for outcome in RECONCILE_OUTCOMES:
+            self.reconciles.labels(outcome)
+            self.duration.labels(outcome)
 
     def observe_reconcile(self, outcome: str, seconds: float) -> None:
         self.reconciles.labels(outcome).inc()

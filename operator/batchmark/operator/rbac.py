@@ -9,6 +9,9 @@ Why each:
   permissions grant them, hence get/patch on configmaps.
 - events: the transitions it records (and kopf's warnings).
 - customresourcedefinitions and namespaces: kopf discovers its resources and namespaces with them.
+- Kueue (kueue.x-k8s.io), for benchmarks with spec.queueName: workloads, to follow admission and preemption
+  (patch: a cancelled queued benchmark's Workload is deactivated); localqueues and workloadpriorityclasses,
+  checked before the Job is created.
 """
 
 from __future__ import annotations
@@ -30,4 +33,6 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "list", "watch"],
     },
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloadpriorityclasses"], "verbs": ["get"]},
 ]

@@ -4,7 +4,12 @@
   idempotently (deterministic names; a 409 means it exists, so a restarted operator makes no second Job).
 - ``refresh``: read the resource, its Job and pods, let ``status.build_status`` decide, patch what changed,
   record an event for each transition; copy results from the termination message when the runner could not.
-- ``cancel``: suspend the Job, so its pod gets SIGTERM and the runner writes its partial results.
+- ``cancel``: suspend the Job, so its pod gets SIGTERM and the runner writes its partial results (a Job
+  queued through Kueue: deactivate its Workload too, or Kueue would unsuspend it).
+
+A benchmark with ``spec.queueName`` is refused where Kueue is not installed or its LocalQueue does not exist;
+otherwise its Job is created suspended for Kueue to admit (batchmark.operator.kueue), and Kueue's Workload
+is read into the status with the Job.
 - ``forget``: the resource is deleted (its children go by owner reference); drop its metrics.
 """
 
@@ -12,15 +17,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from pydantic import ValidationError
 
-from batchmark.operator import children
+from batchmark.operator import children, kueue
 from batchmark.operator.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
-from batchmark.operator.kube import Kube
+from batchmark.operator.kube import Kube, KueueApi
+from batchmark.operator.kueue import WorkloadView
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.runner.summary import headline, parse_summary
@@ -29,6 +35,7 @@ log = logging.getLogger(__name__)
 
 # The event recorded when the phase becomes this one: (type, reason).
 _TRANSITION_EVENTS: dict[str, list[tuple[str, str]]] = {
+    "Queued": [("Normal", "Queued")],
     "LoadingEngine": [("Normal", "Scheduled")],
     "Running": [("Normal", "EngineLoaded"), ("Normal", "Running")],
     "Succeeded": [("Normal", "Completed")],
@@ -42,10 +49,27 @@ class Reconciler:
 
     def __init__(self, kube: Kube, defaults: OperatorDefaults | None = None, metrics: OperatorMetrics | None = None):
         self.kube = kube
+        self.kueue = KueueApi(kube.api)
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
         self._locks: dict[tuple[str, str], threading.RLock] = {}
         self._locks_guard = threading.Lock()
+        self._seen: dict[tuple[str, ...], Hashable] = {}
+
+    def worth_refreshing(self, key: tuple[str, ...], signature: Hashable | None) -> bool:
+        """False when an object changed in nothing the status reads since it was last seen (None: forget it).
+
+        Every progress patch of every runner, and every status write of the operator itself, is an event: most
+        change nothing a phase depends on, and skipping them keeps the operator quick with many benchmarks.
+        """
+        with self._locks_guard:
+            if signature is None:
+                self._seen.pop(key, None)
+                return True
+            if self._seen.get(key) == signature:
+                return False
+            self._seen[key] = signature
+            return True
 
     @contextmanager
     def _locked(self, namespace: str, name: str) -> Iterator[None]:
@@ -65,9 +89,12 @@ class Reconciler:
         try:
             spec = self.defaults.apply(BatchBenchmarkSpec.model_validate(body.get("spec") or {}))
             config = spec.run_config(name)
-            job = children.job(owner, spec)
+            job = children.job(owner, spec, self._workload_priority_class(spec, namespace))
         except (ValidationError, ValueError) as error:
             self.refresh(namespace, name, invalid=_describe(error))
+            return
+        except QueueRefused as refusal:
+            self.refresh(namespace, name, invalid=refusal.message, invalid_reason=refusal.reason)
             return
         if spec.cancel and self.kube.get_job(namespace, name) is None:
             self.refresh(namespace, name)
@@ -90,6 +117,26 @@ class Reconciler:
             # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
             self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map}, new_job=created)
 
+    def _workload_priority_class(self, spec: BatchBenchmarkSpec, namespace: str) -> str | None:
+        """For a queued benchmark: check Kueue and the LocalQueue are there, and return the
+        WorkloadPriorityClass named like spec.priorityClassName when one exists."""
+        if spec.queue_name is None:
+            return None
+        if not self.kueue.installed():
+            raise QueueRefused(
+                "KueueNotInstalled",
+                f"spec.queueName is {spec.queue_name!r} but Kueue is not installed in this cluster (no"
+                f" {kueue.KUEUE_GROUP}/{kueue.KUEUE_VERSION} API); install Kueue or remove queueName",
+            )
+        if not self.kueue.local_queue_exists(namespace, spec.queue_name):
+            raise QueueRefused(
+                "LocalQueueNotFound",
+                f"spec.queueName: LocalQueue {spec.queue_name!r} does not exist in namespace {namespace!r};"
+                " create it (see examples/kueue/queues.yaml) or name an existing one",
+            )
+        name = spec.priority_class_name
+        return name if name is not None and self.kueue.priority_class_exists(name) else None
+
     def refresh(
         self,
         namespace: str,
@@ -97,6 +144,7 @@ class Reconciler:
         invalid: str | None = None,
         extra: Mapping[str, Any] | None = None,
         new_job: bool = False,
+        invalid_reason: str = "InvalidConfig",
     ) -> StatusUpdate | None:
         with self._locked(namespace, name):
             body = self.kube.get_benchmark(namespace, name)
@@ -106,6 +154,8 @@ class Reconciler:
             job = self.kube.get_job(namespace, name)
             listed = self.kube.list_pods(namespace, name) if job and not new_job else []
             pods = [PodView.from_dict(pod) for pod in listed]
+            queued = job is not None and kueue.QUEUE_NAME_LABEL in (job["metadata"].get("labels") or {})
+            workload = self.kueue.workload_of(namespace, job["metadata"]["uid"]) if job and queued else None
             observation = Observation(
                 generation=int(body["metadata"].get("generation") or 1),
                 cancel=bool((body.get("spec") or {}).get("cancel")),
@@ -113,6 +163,9 @@ class Reconciler:
                 job=JobView.from_dict(job) if job else None,
                 pods=pods,
                 invalid=invalid if stored.get("phase") is None or stored.get("phase") == "Pending" else None,
+                invalid_reason=invalid_reason,
+                queued=queued,
+                workload=WorkloadView.from_dict(workload) if workload else None,
             )
             update = build_status(observation)
             fields = {**update.fields, **(extra or {})}
@@ -122,6 +175,7 @@ class Reconciler:
             if changed:
                 self.kube.patch_status(namespace, name, changed)
             self._announce(body, update)
+            self._announce_preemption(body, stored, fields)
             self.metrics.set_phase(namespace, name, update.phase)
             results = fields.get("results") or stored.get("results")
             if update.phase == "Succeeded" or (update.phase in FINISHED_PHASES and results):
@@ -129,6 +183,11 @@ class Reconciler:
             return update
 
     def cancel(self, namespace: str, name: str) -> None:
+        job = self.kube.get_job(namespace, name)
+        if job is not None and kueue.QUEUE_NAME_LABEL in (job["metadata"].get("labels") or {}):
+            workload = self.kueue.workload_of(namespace, job["metadata"]["uid"])
+            if workload is not None:
+                self.kueue.deactivate(namespace, workload["metadata"]["name"])
         self.kube.suspend_job(namespace, name)
         self.refresh(namespace, name)
 
@@ -136,6 +195,7 @@ class Reconciler:
         self.metrics.forget(namespace, name)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
+            self._seen.pop(("benchmark", namespace, name), None)
 
     def _announce(self, body: Mapping[str, Any], update: StatusUpdate) -> None:
         previous_reason = (body.get("status") or {}).get("reason")
@@ -151,6 +211,27 @@ class Reconciler:
                 self.kube.event(body, kind, reason, message)
             except Exception as error:  # an event is a courtesy: never fail the reconcile on one
                 log.warning("could not record event %s on %s: %s", reason, body["metadata"]["name"], error)
+
+    def _announce_preemption(
+        self, body: Mapping[str, Any], stored: Mapping[str, Any], fields: Mapping[str, Any]
+    ) -> None:
+        """A Warning event for each preemption newly recorded in the status."""
+        before = len(stored.get("preemptions") or [])
+        for record in (fields.get("preemptions") or [])[before:]:
+            message = f"Kueue preempted attempt {record['attempt']} ({record['reason']}): {record['message']}"
+            try:
+                self.kube.event(body, "Warning", "Preempted", message + "; it waits in its queue to run again")
+            except Exception as error:  # an event is a courtesy: never fail the reconcile on one
+                log.warning("could not record event Preempted on %s: %s", body["metadata"]["name"], error)
+
+
+class QueueRefused(Exception):
+    """A queued benchmark that cannot be queued: Kueue or its LocalQueue is missing."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
 
 def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:

@@ -83,6 +83,8 @@ def run_operator(
 
 def operator_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kopf logs every handler's success per object at INFO: with hundreds of benchmarks that is most of the log.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:
         defaults = load_defaults(args.defaults)
     except DefaultsError as error:

@@ -4,8 +4,8 @@ Writers of the status, one per field:
 - the runner (in the benchmark's pod): ``progress``, ``engine``, ``results``, ``headline``, ``runId``;
 - the operator, through ``build_status`` here: ``phase``, ``reason``, ``message``, ``conditions``,
   ``observedGeneration``, ``jobName``, ``podName``, ``nodeName``, ``startTime``, ``completionTime``,
-  ``attempts``, ``resultsConfigMap`` — and ``results``/``engine``/``headline`` only when the run finished
-  and the runner could not write them (then they come from the pod's termination message).
+  ``attempts``, ``preemptions``, ``resultsConfigMap`` — and ``results``/``engine``/``headline`` only when
+  the run finished and the runner could not write them (then they come from the pod's termination message).
 
 Everything here is a pure function over typed views of the Kubernetes objects, tested directly.
 """
@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
+from batchmark.operator.kueue import WorkloadView
 
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = ("Scheduled", "EngineLoaded", "Complete", "Failed")
+# Only on a benchmark queued through Kueue (spec.queueName).
+QUEUE_CONDITION_TYPES = ("Admitted", "Preempted")
 # The runner's exit codes (batchmark.runner.cli): 2 is bad input, 1 an engine that failed.
 _EXIT_USAGE = 2
 _MESSAGE_LIMIT = 1024
+_PREEMPTIONS_KEPT = 20  # the status schema's bound
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,9 @@ class Observation:
     job: JobView | None
     pods: Sequence[PodView] = ()
     invalid: str | None = None  # why the spec cannot run, found before any Job was made
+    invalid_reason: str = "InvalidConfig"  # or KueueNotInstalled, LocalQueueNotFound
+    queued: bool = False  # spec.queueName: the Job waits in a Kueue LocalQueue
+    workload: WorkloadView | None = None  # Kueue's Workload for the Job, once it exists
 
 
 @dataclass(frozen=True)
@@ -185,8 +192,15 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
     if job is not None:
         fields["jobName"] = job.name
         fields["startTime"] = stored.get("startTime") or job.created or when
-        # Pods replaced by retries are counted by the Job even once deleted.
-        fields["attempts"] = max(int(stored.get("attempts") or 0), job.active + job.succeeded + job.failed)
+        # Pods replaced by retries are counted by the Job even once deleted; pods stopped because Kueue
+        # preempted the benchmark are not (a suspended Job's pods are no failures), so those count apart.
+        preempted = observation.workload.preemptions if observation.workload is not None else 0
+        started = job.active + job.succeeded + job.failed + preempted
+        fields["attempts"] = max(int(stored.get("attempts") or 0), started)
+        if observation.queued:
+            preemptions = _preemptions(observation, when)
+            if preemptions:
+                fields["preemptions"] = preemptions
     if pod is not None:
         fields["podName"] = pod.name
         if pod.node_name:
@@ -204,7 +218,7 @@ def _current_pod(pods: Sequence[PodView]) -> PodView | None:
 def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, str]:
     job = observation.job
     if observation.invalid is not None:
-        return "Failed", "InvalidConfig", observation.invalid
+        return "Failed", observation.invalid_reason, observation.invalid
     if job is None:
         if observation.cancel:
             return "Cancelled", "Cancelled", "cancelled before it started"
@@ -218,7 +232,43 @@ def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, s
         return _failure(job, pod)
     if observation.cancel:
         return _running_phase(observation, pod, "Cancelling", "stopping the benchmark (spec.cancel)")
+    if observation.queued and job.suspended:
+        return _queued(observation.workload)
     return _running_phase(observation, pod, None, None)
+
+
+def _queued(workload: WorkloadView | None) -> tuple[Phase, str, str]:
+    """Waiting for Kueue to admit the Job: Kueue's own reason and message (e.g. insufficient quota)."""
+    if workload is None:
+        return "Queued", "Pending", "waiting for Kueue to create the benchmark's Workload"
+    if workload.admitted:
+        return "Queued", "Admitted", workload.admitted_message or "admitted by Kueue; the Job starts"
+    return "Queued", workload.reason, workload.message
+
+
+def _preemptions(observation: Observation, when: str) -> list[dict[str, Any]]:
+    """The stored preemption records, one more for each new preemption Kueue counted, and the results of the
+    latest preempted attempt once the runner wrote them (on SIGTERM) — taken while the Job is suspended,
+    before a next attempt can write its own, and only results of a run not taken already."""
+    stored = observation.status
+    records: list[dict[str, Any]] = [dict(record) for record in stored.get("preemptions") or []]
+    workload = observation.workload
+    if workload is not None:
+        while len(records) < min(workload.preemptions, _PREEMPTIONS_KEPT):
+            records.append(
+                {
+                    "time": workload.preemption_time or when,
+                    "attempt": int(stored.get("attempts") or 1),
+                    "reason": workload.preemption_reason or "Preempted",
+                    "message": (workload.preemption_message or "")[:_MESSAGE_LIMIT],
+                }
+            )
+    job = observation.job
+    results, run_id = stored.get("results"), stored.get("runId")
+    taken = {record.get("runId") for record in records}
+    if records and "results" not in records[-1] and results and run_id not in taken and job and job.suspended:
+        records[-1] |= {"results": results, "runId": run_id}
+    return records
 
 
 def _pod_alive(pod: PodView | None) -> bool:
@@ -289,8 +339,10 @@ def _conditions(
         "Complete": ("True", "Completed", message) if phase == "Succeeded" else ("False", phase, message),
         "Failed": ("True", reason, message) if phase == "Failed" else ("False", "NotFailed", ""),
     }
+    if observation.queued:
+        wanted |= _queue_conditions(observation)
     conditions = []
-    for kind in CONDITION_TYPES:
+    for kind in (*CONDITION_TYPES, *QUEUE_CONDITION_TYPES) if observation.queued else CONDITION_TYPES:
         status, why, text = wanted[kind]
         old = previous.get(kind) or {}
         transition = old.get("lastTransitionTime") if old.get("status") == status else None
@@ -304,3 +356,43 @@ def _conditions(
         )
         conditions.append(condition.model_dump(by_alias=True, exclude_none=True))
     return conditions
+
+
+def _queue_conditions(observation: Observation) -> dict[str, tuple[Literal["True", "False"], str, str]]:
+    """Admitted: whether Kueue admitted the Job (else Kueue's reason for waiting); Preempted: whether Kueue
+    ever preempted it, how often and why the last time."""
+    workload, job = observation.workload, observation.job
+    running = job is not None and not job.suspended
+    admitted: tuple[Literal["True", "False"], str, str]
+    if (workload is not None and workload.admitted) or running:
+        admitted = ("True", "Admitted", (workload.admitted_message if workload else "") or "admitted by Kueue")
+    elif workload is None:
+        admitted = ("False", "Pending", "waiting for Kueue to create the benchmark's Workload")
+    else:
+        admitted = ("False", workload.reason, workload.message)
+    preempted: tuple[Literal["True", "False"], str, str] = ("False", "NotPreempted", "")
+    if workload is not None and workload.preemptions:
+        times = "once" if workload.preemptions == 1 else f"{workload.preemptions} times"
+        latest = workload.preemption_message or "no message"
+        preempted = ("True", workload.preemption_reason or "Preempted", f"preempted by Kueue {times}; last: {latest}")
+    return {"Admitted": admitted, "Preempted": preempted}
+
+
+def benchmark_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a BatchBenchmark's own changes can move its phase: the runner reporting (engine loaded, results),
+    a new generation, cancel. Progress ticks and the operator's own status writes change none of it."""
+    status = body.get("status") or {}
+    return (
+        (body.get("metadata") or {}).get("generation"),
+        bool((body.get("spec") or {}).get("cancel")),
+        status.get("phase") is None,
+        (status.get("progress") or {}).get("podName"),
+        status.get("runId"),
+    )
+
+
+def child_signature(kind: str, body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a Job's or pod's changes the status reads (JobView, PodView); other updates change no phase."""
+    if kind == "Job":
+        return (JobView.from_dict(body),)
+    return (PodView.from_dict(body),)

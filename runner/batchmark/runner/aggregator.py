@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
 from batchmark.runner.backend.messages import BatchReport
+from batchmark.runner.budget import RequestBudget
 from batchmark.runner.config import TransientPhaseConfig
 from batchmark.runner.engines.base import Completion
 from batchmark.runner.events import BatchEvent
@@ -129,8 +131,20 @@ class Timeline:
 class Aggregator:
     """Results of one benchmark, folded in batch by batch."""
 
-    def __init__(self, start: float, started_wall: float, first_id: int, window: Window, sample_requests: int) -> None:
+    def __init__(
+        self,
+        start: float,
+        started_wall: float,
+        first_id: int,
+        window: Window,
+        sample_requests: int,
+        budget: RequestBudget | None = None,
+        worker_cpu_start: float = 0.0,
+    ) -> None:
         self.start = start
+        self.budget = budget if budget else None
+        self.good_requests = 0  # measured successes that met every per-request target (goodput)
+        self.good_output_tokens = 0
         self.first_id = first_id
         self.started_wall = started_wall
         self.window = window
@@ -150,6 +164,12 @@ class Aggregator:
         self.errored_samples: list[RequestSample] = []
         self._busy_settled = 0.0
         self._busy_pending: deque[tuple[float, float]] = deque()
+        self.engine_steps = 0
+        self.finished_requests = 0  # measured or not: what the harness's CPU served
+        # The harness's CPU: this process's (it runs no engine) and the worker's own threads' (reported by it).
+        self._main_cpu_start = time.process_time()
+        self._worker_cpu_start = worker_cpu_start
+        self._worker_cpu = worker_cpu_start
 
     def on_issue(self, request_id: int, enqueued: float) -> None:
         if self.measure_start is None and request_id - self.first_id == self.window.warmup_requests:
@@ -161,8 +181,12 @@ class Aggregator:
     def on_batch(self, event: BatchEvent) -> None:
         """Fold in one batch."""
         report = event.report
-        self._busy_pending.append((report.started_at, report.finished_at))
-        self.timeline.add_busy(report.started_at, report.finished_at)
+        # Only the engine's own calls count as busy; they begin when the dispatcher takes the batch.
+        busy_end = report.started_at + report.engine_busy
+        self._busy_pending.append((report.started_at, busy_end))
+        self.timeline.add_busy(report.started_at, busy_end)
+        self._worker_cpu = max(self._worker_cpu, report.harness_cpu)
+        self.finished_requests += sum(enqueued_at is not None for enqueued_at in event.enqueued)
         finished = report.finished_at
         latency: list[float] = []
         queue_wait: list[float] = []
@@ -193,10 +217,25 @@ class Aggregator:
             prompt_tokens.append(completion.prompt_tokens)
             output_tokens.append(completion.output_tokens)
             timings = completion.timings
+            request_ttft = request_tpot = math.nan
             if not math.isnan(timings.to_first_token):
-                ttft.append(entered - enqueued_at + timings.to_first_token)
+                request_ttft = entered - enqueued_at + timings.to_first_token
+                ttft.append(request_ttft)
                 if completion.output_tokens > 1 and not math.isnan(timings.decode):
-                    tpot.append(timings.decode / (completion.output_tokens - 1))
+                    request_tpot = timings.decode / (completion.output_tokens - 1)
+                    tpot.append(request_tpot)
+            if self.budget is not None and self.budget.meets(
+                {
+                    "request_latency": latency[-1],
+                    "queue_wait": queue_wait[-1],
+                    "batch_wait": batch_wait[-1],
+                    "time_to_first_token": request_ttft,
+                    # One output token has no time per output token: nothing to miss.
+                    "time_per_output_token": request_tpot if completion.output_tokens > 1 else 0.0,
+                }
+            ):
+                self.good_requests += 1
+                self.good_output_tokens += completion.output_tokens
             self._sample(self.successful_samples, completion, report, enqueued_at, size, entered)
         self.timeline.add_completions(finished, completed, errored, produced)
         if completed + errored == 0:
@@ -216,8 +255,10 @@ class Aggregator:
         values["time_per_output_token"].extend(tpot)
         values["prompt_tokens"].extend(prompt_tokens)
         values["output_tokens"].extend(output_tokens)
+        self.engine_steps += report.steps
         batch_size = report.effective_batch_size
         if batch_size > 0:
+            values["dispatch_overhead"].add(report.overhead_seconds)
             values["batch_duration"].add(report.finished_at - report.started_at)
             values["batch_size"].add(batch_size)
             self.batch_sizes[batch_size] += 1
@@ -272,6 +313,9 @@ class Aggregator:
         def per_second(amount: float) -> float:
             return amount / measured if measured > 0 else 0.0
 
+        measured_requests = self.completed + self.errored
+        harness_cpu = time.process_time() - self._main_cpu_start + self._worker_cpu - self._worker_cpu_start
+
         return BenchmarkResult(
             strategy=strategy.label,
             kind=strategy.kind,
@@ -293,6 +337,12 @@ class Aggregator:
                 total_tokens_per_second=per_second(self.prompt_tokens_total + self.output_tokens_total),
             ),
             engine_utilization=min(1.0, busy / measured) if measured > 0 else 0.0,
+            engine_steps=self.engine_steps,
+            engine_steps_per_1000_requests=(
+                1000 * self.engine_steps / measured_requests if measured_requests and self.engine_steps else None
+            ),
+            harness_cpu_seconds=harness_cpu,
+            harness_cpu_per_request=harness_cpu / self.finished_requests if self.finished_requests else None,
             batches=self.batches,
             batch_size_histogram=sorted(self.batch_sizes.items()),
             distributions=Distributions(

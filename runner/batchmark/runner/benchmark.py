@@ -16,7 +16,10 @@ from batchmark.runner.aggregator import Aggregator, Window
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.backend.worker import EngineWorker, WorkerFailed, WorkerReady
+from batchmark.runner.budget import RequestBudget, recommend, verdict
 from batchmark.runner.config import (
+    WORKER_FIELDS,
+    BackendConfig,
     MaxDurationConstraint,
     MaxErrorRateConstraint,
     MaxErrorsConstraint,
@@ -24,11 +27,14 @@ from batchmark.runner.config import (
     MinRequestsConstraint,
     RunConfig,
     SweepProfileConfig,
+    apply_overrides,
+    reloads_engine,
 )
+from batchmark.runner.cost import price
 from batchmark.runner.data import RequestSpec, SyntheticText
 from batchmark.runner.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.profiles import Strategy, initial_strategies, sweep_rates
-from batchmark.runner.results import BenchmarkResult, EngineSummary, RunReport
+from batchmark.runner.results import BenchmarkResult, EngineLoad, EngineSummary, RunReport, SweepSummary
 from batchmark.runner.shutdown import StopFlag
 
 PROGRESS_INTERVAL = 0.25
@@ -39,6 +45,10 @@ class BenchmarkRunner:
 
     Neither loses what was measured: a stop request (a signal) or the engine failing ends the run early, and
     ``run`` still returns the report of the benchmarks so far, marked incomplete with the reason.
+
+    With a sweep, ``run`` goes through its points in order: the worker is told the new batch_size,
+    batch_timeout or dispatch between points (the engine stays loaded), and only a point that changes the
+    engine itself (vllm_config, request_format) gets a new worker, whose load is kept out of the timed phases.
     """
 
     def __init__(
@@ -55,9 +65,15 @@ class BenchmarkRunner:
         self.created_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         self._data = SyntheticText(config.data)
         self.next_request_id = 0  # unique across a sweep's benchmarks, so late reports are recognised
+        self.worker_cpu = 0.0  # the worker's harness CPU seconds, as its latest report said
         self._worker: EngineWorker | None = None
-        self._ready: WorkerReady | None = None
+        self._ready: WorkerReady | None = None  # the first load: the report's engine
         self._load_started: float | None = None
+        self._budget = RequestBudget(config.slo)
+        self.points: list[dict[str, Any]] = config.sweep.points() if config.sweep is not None else [{}]
+        self._backends = [apply_overrides(config.backend, point) for point in self.points]
+        self._loaded: BackendConfig | None = None  # what the current worker's engine and settings are
+        self._loads: list[EngineLoad] = []
 
     @property
     def stop_reason(self) -> str:
@@ -65,23 +81,37 @@ class BenchmarkRunner:
 
     def check(self) -> None:
         """The main process's cheap readiness check: loads nothing."""
-        VllmPythonBatchBackend(self.config.backend, self.config.data.seed).validate()
+        for backend in {_engine_key(backend): backend for backend in self._backends}.values():
+            VllmPythonBatchBackend(backend, self.config.data.seed).validate()
 
     def start(self) -> WorkerReady | None:
-        """Load the engine; None when a stop request came first or the engine failed to load (``failure``)."""
+        """Load the engine of the first point; None when a stop request came first or the engine failed to load
+        (``failure``)."""
+        self._load_started = time.monotonic()
+        return self._load(0, first_benchmark=0)
+
+    def _load(self, point: int, first_benchmark: int) -> WorkerReady | None:
+        self.close()
         if self.stop.is_set():
             return None
+        backend = self._backends[point]
         self.observers.on_phase("loading")
-        self._load_started = time.monotonic()
-        self._worker = EngineWorker(self.config.backend, self.config.data.seed)
+        self._worker = EngineWorker(backend, self.config.data.seed)
         try:
-            self._ready = self._worker.start(cancel=self.stop)
+            ready = self._worker.start(cancel=self.stop)
         except WorkerFailed as error:
             self.failure = f"the engine failed to load: {error}"
             return None
-        if self._ready is not None:
-            self.observers.on_engine_loaded(self._ready.info, self._ready.load_seconds)
-        return self._ready
+        if ready is None:
+            return None
+        self._ready = self._ready or ready
+        self._loaded = backend
+        swept = {name: value for name, value in self.points[point].items() if reloads_engine(name)}
+        self._loads.append(
+            EngineLoad(swept=swept, load_seconds=ready.load_seconds, pid=ready.pid, first_benchmark=first_benchmark)
+        )
+        self.observers.on_engine_loaded(ready.info, ready.load_seconds)
+        return ready
 
     def close(self, grace: float | None = None, hurry: StopFlag | None = None) -> None:
         """Stop the engine's process; ``grace`` (default: the worker's) bounds how long it may take by itself."""
@@ -93,26 +123,24 @@ class BenchmarkRunner:
             self._worker = None
 
     def run(self) -> RunReport:
-        """The benchmarks of the profile, one after another, until done, stopped, or the engine fails."""
-        profile = self.config.profile
-        strategies = initial_strategies(profile)
+        """The profile's benchmarks at each sweep point, one after another, until done, stopped, or the engine
+        fails."""
         results: list[BenchmarkResult] = []
-        position = 0
-        while self._ready is not None and position < len(strategies) and not self._ended:
-            strategy = strategies[position]
-            is_last = position == len(strategies) - 1 and not (
-                isinstance(profile, SweepProfileConfig) and position == 1
-            )
-            self.observers.on_benchmark_start(strategy, position, len(strategies))
-            result = self._run_one(strategy, drain_after=not is_last)
-            results.append(result)
-            self.observers.on_benchmark_end(result)
-            if isinstance(profile, SweepProfileConfig) and position == 1 and not self._ended:
-                strategies += sweep_rates(
-                    profile, results[0].throughput.requests_per_second, results[1].throughput.requests_per_second
-                )
-            position += 1
-        report = self._report(results)
+        started = time.monotonic()
+        reload_seconds = 0.0
+        for point, backend in enumerate(self._backends):
+            if self._ready is None or self._ended:
+                break
+            if point > 0:
+                reload_seconds += self._switch_to(point, len(results))
+                if self._ended:
+                    break
+            if self.config.sweep is not None:
+                self.observers.on_sweep_point(self.points[point], point, len(self.points))
+                if self.config.sweep.warmup_requests:
+                    self._warm_up(self.config.sweep.warmup_requests)
+            self._run_point(point, backend, results)
+        report = self._report(results, time.monotonic() - started, reload_seconds)
         self.observers.on_phase("done")
         self.observers.on_run_end(report)
         return report
@@ -121,13 +149,83 @@ class BenchmarkRunner:
     def _ended(self) -> bool:
         return self.stop.is_set() or self.failure is not None
 
-    def _report(self, results: list[BenchmarkResult]) -> RunReport:
+    def _switch_to(self, point: int, first_benchmark: int) -> float:
+        """Make the worker fit the point; returns the load time when the engine had to be reloaded."""
+        assert self._worker is not None
+        assert self._loaded is not None
+        backend = self._backends[point]
+        if _engine_key(backend) != _engine_key(self._loaded):
+            ready = self._load(point, first_benchmark)
+            return ready.load_seconds if ready is not None else 0.0
+        if _worker_settings(backend) != _worker_settings(self._loaded):
+            try:
+                self._worker.reconfigure(backend.batch_size, backend.batch_timeout, backend.dispatch)
+            except WorkerFailed as error:
+                self.failure = f"the engine failed: {error}"
+            self._loaded = backend
+        return 0.0
+
+    def _run_point(self, point: int, backend: BackendConfig, results: list[BenchmarkResult]) -> None:
+        profile = self.config.profile
+        strategies = initial_strategies(profile)
+        per_point = profile.sweep_size if isinstance(profile, SweepProfileConfig) else len(strategies)
+        last_point = point == len(self._backends) - 1
+        offset = len(results)
+        position = 0
+        while position < len(strategies) and not self._ended:
+            strategy = strategies[position]
+            is_last = (
+                last_point
+                and position == len(strategies) - 1
+                and not (isinstance(profile, SweepProfileConfig) and position == 1)
+            )
+            known_total = offset + len(strategies) + (len(self._backends) - point - 1) * per_point
+            self.observers.on_benchmark_start(strategy, offset + position, known_total)
+            result = self._run_one(strategy, drain_after=not is_last, point=point, backend=backend)
+            results.append(result)
+            self.observers.on_benchmark_end(result)
+            if isinstance(profile, SweepProfileConfig) and position == 1 and not self._ended:
+                strategies += sweep_rates(
+                    profile,
+                    results[offset].throughput.requests_per_second,
+                    results[offset + 1].throughput.requests_per_second,
+                )
+            position += 1
+
+    def _warm_up(self, count: int) -> None:
+        """Requests through the engine before a point's benchmarks, waited for and left out of every result."""
+        assert self._worker is not None
+        first = self.next_request_id
+        self.next_request_id += count
+        now = time.monotonic()
+        pending = set(range(first, first + count))
+        try:
+            self._worker.submit([(self._data.spec(request_id), now) for request_id in sorted(pending)])
+            while pending and not self._ended:
+                for message in self._worker.receive(PROGRESS_INTERVAL):
+                    if isinstance(message, BatchReport):
+                        pending.difference_update(completion.request_id for completion in message.completions)
+        except WorkerFailed as error:
+            self.failure = f"the engine failed: {error}"
+
+    def _report(self, results: list[BenchmarkResult], wall: float, reload_seconds: float) -> RunReport:
         complete = self._ready is not None and not self._ended and not any(result.interrupted for result in results)
         stop_reason = None
         if not complete:
             stop_reason = self.failure or self.stop_reason
             if self._ready is None and self.failure is None:
                 stop_reason += " before the engine had loaded"
+        sweep = None
+        if self.config.sweep is not None:
+            sweep = SweepSummary(
+                fields=[name for name, _ in self.config.sweep.axes()],
+                points=len(self.points),
+                engine_loads=self._loads,
+                wall_seconds=wall,
+                timed_seconds=sum(result.duration for result in results),
+                load_seconds=reload_seconds,
+            )
+        budget = bool(self.config.slo)
         return RunReport(
             name=self.config.name,
             run_id=self.run_id,
@@ -140,6 +238,8 @@ class BenchmarkRunner:
             complete=complete,
             stop_reason=stop_reason,
             benchmarks=results,
+            sweep=sweep,
+            recommendation=recommend(results, budget) if budget or len(results) > 1 else None,
         )
 
     def _engine_summary(self) -> EngineSummary:
@@ -168,7 +268,7 @@ class BenchmarkRunner:
             details=info.details,
         )
 
-    def _run_one(self, strategy: Strategy, drain_after: bool) -> BenchmarkResult:
+    def _run_one(self, strategy: Strategy, drain_after: bool, point: int, backend: BackendConfig) -> BenchmarkResult:
         assert self._worker is not None
         execution = _Execution(self, strategy)
         result = execution.run()
@@ -177,7 +277,22 @@ class BenchmarkRunner:
                 self._worker.drain()
             except WorkerFailed as error:
                 self.failure = f"the engine failed: {error}"
-        return result
+        update: dict[str, Any] = {"swept": dict(self.points[point]), "batch_size": backend.batch_size}
+        if self.config.slo:
+            aggregator = execution.aggregator
+            update["slo"] = verdict(self.config.slo, result, aggregator.good_requests, aggregator.good_output_tokens)
+        if self.config.cost is not None:
+            update["cost"] = price(self.config.cost, backend.vllm_config, result.throughput)
+        return result.model_copy(update=update)
+
+
+def _engine_key(backend: BackendConfig) -> str:
+    """Everything about the backend that shapes the loaded engine (all but the worker's own settings)."""
+    return backend.model_dump_json(exclude=set(WORKER_FIELDS))
+
+
+def _worker_settings(backend: BackendConfig) -> tuple[Any, ...]:
+    return tuple(getattr(backend, name) for name in WORKER_FIELDS)
 
 
 class _Execution:
@@ -216,7 +331,16 @@ class _Execution:
         start = time.monotonic()
         started_wall = time.time()
         first_id = self.runner.next_request_id
-        aggregator = Aggregator(start, started_wall, first_id, self.window, self.runner.config.sample_requests)
+        aggregator = Aggregator(
+            start,
+            started_wall,
+            first_id,
+            self.window,
+            self.runner.config.sample_requests,
+            worker_cpu_start=self.runner.worker_cpu,
+            budget=self.runner._budget,
+        )
+        self.aggregator = aggregator
         deadline = start + self.max_seconds if self.max_seconds is not None else math.inf
         limit = self.strategy.max_concurrency or math.inf
         offsets = self.strategy.arrival_offsets()
@@ -290,6 +414,7 @@ class _Execution:
                 self.errors_total += failed
                 self.recent_outcomes.append(failed)
         self.queued = report.queue_depth
+        self.runner.worker_cpu = max(self.runner.worker_cpu, report.harness_cpu)
         event = BatchEvent(report=report, enqueued=enqueued, measured=measured)
         aggregator.on_batch(event)
         self.observers.on_batch(event)

@@ -24,7 +24,7 @@ from batchmark.runner.backend.process_group import engine_processes, leftover_en
 from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import mp_context_name
 from batchmark.runner.benchmark import BenchmarkRunner
-from batchmark.runner.config import UNION_TAGS, RunConfig
+from batchmark.runner.config import MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS, UNION_TAGS, RunConfig
 from batchmark.runner.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
 from batchmark.runner.engines.engine_args import EngineArgumentError
 from batchmark.runner.engines.factory import EngineUnavailable
@@ -35,7 +35,7 @@ from batchmark.runner.outputs import load_report, output_problem, write_atomical
 from batchmark.runner.pushgateway import PushOutcome, push_results, run_succeeded
 from batchmark.runner.results import RunReport
 from batchmark.runner.shutdown import Shutdown
-from batchmark.runner.spec import SpecError, parse_spec
+from batchmark.runner.spec import SpecError, parse_spec, parse_sweep
 from batchmark.runner.statuswriter import StatusWriter
 
 # Exit codes (README, "Exit codes"): 0 the run ended as configured and every output was written; 1 an
@@ -57,6 +57,9 @@ _OPTION_OF_FIELD = {
     "outputs": "--output",
     "sample_requests": "--sample-requests",
     "name": "--name",
+    "sweep": "--sweep",
+    "slo": "--slo",
+    "cost": "--gpu-cost-per-hour",
 }
 
 
@@ -87,6 +90,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="write results to PATH (.json, .yaml, .csv, or .html: a self-contained report; repeatable)",
     )
     run.add_argument("--sample-requests", type=int, help="per-request records kept in the results")
+    run.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="FIELD=V1,V2,...",
+        help="run the whole profile once per value of a backend field, e.g. batch_size=8,16,32,64,128 (also "
+        "batch_timeout, dispatch: one engine load for all; request_format, vllm_config.NAME: the engine reloads "
+        f"between values, load time untimed). Repeat for a second field: a grid (at most {MAX_SWEEP_FIELDS} "
+        f"fields). At most {MAX_SWEEP_BENCHMARKS} benchmarks in all: sweep points times the profile's benchmarks "
+        "(sweep_size for kind=sweep); more is refused",
+    )
+    run.add_argument(
+        "--sweep-warmup",
+        type=int,
+        metavar="REQUESTS",
+        help="requests run through the engine before each sweep point, outside every result (default 0)",
+    )
+    run.add_argument(
+        "--slo",
+        metavar="TARGETS",
+        help="latency budget, e.g. request_latency_p99=2.0,ttft_p95=0.5 (seconds; DISTRIBUTION_STATISTIC with "
+        "request_latency, queue_wait, batch_wait, ttft, tpot and mean, median, p90, p95, p99, p999, max): each "
+        "benchmark reports pass/fail and goodput, and the summary recommends the fastest that passed",
+    )
+    run.add_argument(
+        "--gpu-cost-per-hour",
+        type=float,
+        metavar="PRICE",
+        help="price of one GPU-hour: every benchmark reports cost per million output and total tokens",
+    )
+    run.add_argument(
+        "--gpus",
+        type=int,
+        metavar="COUNT",
+        help="GPUs the engine occupies, for the cost (default: tensor_parallel_size x pipeline_parallel_size)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar or banner; the summary only")
     run.add_argument(
         "--metrics-port",
@@ -191,6 +230,20 @@ def load_config(args: argparse.Namespace) -> RunConfig:
         merged["name"] = args.name
     if args.sample_requests is not None:
         merged["sample_requests"] = args.sample_requests
+    for text in getattr(args, "sweep", None) or []:
+        try:
+            override = parse_sweep(text)
+        except SpecError as error:
+            raise UsageError(f"--sweep: {error}") from None
+        merged["sweep"] = _merge_spec(merged.get("sweep"), _normalised(override, "--sweep"))
+    if getattr(args, "sweep_warmup", None) is not None:
+        merged["sweep"] = {**(merged.get("sweep") or {}), "warmup_requests": args.sweep_warmup}
+    if getattr(args, "slo", None) is not None:
+        merged["slo"] = _spec("--slo", args.slo)  # target names as written: parse_slo_name reads both spellings
+    if getattr(args, "gpu_cost_per_hour", None) is not None:
+        merged["cost"] = _merge_spec(merged.get("cost"), {"gpu_cost_per_hour": args.gpu_cost_per_hour})
+    if getattr(args, "gpus", None) is not None:
+        merged["cost"] = _merge_spec(merged.get("cost"), {"gpus": args.gpus})
     for field in ("backend", "data", "profile"):
         if field not in merged:
             raise UsageError(f"{_OPTION_OF_FIELD[field]} is required (or give it in --config)")
@@ -235,7 +288,8 @@ def _merge_spec(base: Any, override: dict[str, Any]) -> dict[str, Any]:
 def _normalised(value: Any, where: str, path: tuple[str, ...] = ()) -> Any:
     """Every key in snake_case, checked: keys are strings, no key comes in two spellings, nesting is bounded.
 
-    vllm_config is passed through to vLLM as written (vLLM's own names), but its keys and depth are checked too.
+    vllm_config is passed through to vLLM as written (vLLM's own names), but its keys and depth are checked too;
+    so are slo's target names (request_latency_p999 is not a field name: to_snake would split it).
     """
     if len(path) > MAX_NESTING:
         raise UsageError(f"{where}: {'.'.join(path[:3])}...: nested more than {MAX_NESTING} levels deep")
@@ -243,7 +297,7 @@ def _normalised(value: Any, where: str, path: tuple[str, ...] = ()) -> Any:
         return [_normalised(item, where, (*path, str(index))) for index, item in enumerate(value)]
     if not isinstance(value, dict):
         return value
-    inside_vllm_config = "vllm_config" in path
+    inside_vllm_config = "vllm_config" in path or path == ("slo",)
     normalised: dict[str, Any] = {}
     spelling: dict[str, str] = {}
     for key, item in value.items():

@@ -7,6 +7,7 @@ Kubernetes resources use. Unknown keys are errors.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
@@ -428,6 +429,148 @@ ConstraintConfig = Annotated[
 ]
 
 
+# --- sweeps, budgets and prices ----------------------------------------------------------------------------
+
+# Backend fields the engine worker applies without touching the loaded engine: sweeping them costs no reload.
+WORKER_FIELDS = ("batch_size", "batch_timeout", "dispatch")
+# A run of more benchmarks than this (sweep points times the profile's benchmarks) is refused: each one is a
+# full benchmark under the constraints, and a grid with a rate sweep grows multiplicatively.
+MAX_SWEEP_BENCHMARKS = 64
+MAX_SWEEP_FIELDS = 2
+
+
+class SweepConfig(ConfigModel):
+    """Backend settings to run the profile at, one after the other: each value (or each combination, for two
+    fields: a grid) is one sweep point. batch_size, batch_timeout and dispatch change only how the worker feeds
+    the engine, so the engine is loaded once for all of them; request_format and vllm_config.* change the engine,
+    which is reloaded between their values (load time kept out of every timed phase and reported)."""
+
+    batch_size: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, min_length=1, description="Micro-batch sizes (continuous dispatch: caps on requests in flight)."
+    )
+    batch_timeout: list[Annotated[float, Field(gt=0)]] | None = Field(
+        default=None, min_length=1, description="Partial-batch timeouts, seconds."
+    )
+    dispatch: list[Literal["batch", "continuous"]] | None = Field(
+        default=None, min_length=1, description="Dispatch modes (batch, continuous)."
+    )
+    request_format: list[str] | None = Field(
+        default=None, min_length=1, description="Request formats; the engine is reloaded between them."
+    )
+    # Values of any JSON type (as vllm_config's own): a map of lists, each checked by the validator below.
+    vllm_config: dict[str, Any] | None = Field(
+        default=None,
+        description="vLLM EngineArgs by name, each with a list of its values; the engine is reloaded between them.",
+    )
+    warmup_requests: int = Field(
+        default=0,
+        ge=0,
+        description="Requests run through the engine before each sweep point and left out of every result.",
+    )
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> SweepConfig:
+        axes = self.axes()
+        if not axes:
+            raise ValueError("name at least one backend field to sweep, e.g. batch_size=[8, 16, 32]")
+        if len(axes) > MAX_SWEEP_FIELDS:
+            names = ", ".join(name for name, _ in axes)
+            raise ValueError(f"at most {MAX_SWEEP_FIELDS} fields form a grid; got {len(axes)} ({names})")
+        for name, values in axes:
+            if not isinstance(values, list):
+                raise ValueError(f"{name}: give a list of values, not {values!r}")
+            if not values:
+                raise ValueError(f"{name}: give at least one value")
+            for value in values:
+                if not isinstance(value, str | int | float | bool):
+                    raise ValueError(f"{name}: {value!r} is not a single value (number, string or boolean)")
+            seen: list[Any] = []
+            for value in values:
+                if value in seen:
+                    raise ValueError(f"{name}: {value!r} is given twice")
+                seen.append(value)
+        return self
+
+    def axes(self) -> list[tuple[str, list[Any]]]:
+        """(dotted backend field, values), the fields that reload the engine first, so a grid reloads as
+        rarely as it can: the engine fields vary slowest."""
+        axes: list[tuple[str, list[Any]]] = []
+        for name, values in (self.vllm_config or {}).items():
+            axes.append((f"vllm_config.{name}", values))
+        for name in ("request_format", *WORKER_FIELDS):
+            values = getattr(self, name)
+            if values is not None:
+                axes.append((name, list(values)))
+        return axes
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination of the swept values, in run order."""
+        combinations: list[dict[str, Any]] = [{}]
+        for name, values in self.axes():
+            combinations = [{**combination, name: value} for combination in combinations for value in values]
+        return combinations
+
+
+def apply_overrides(backend: BackendConfig, values: dict[str, Any]) -> BackendConfig:
+    """The backend with a sweep point's values in place (``vllm_config.NAME`` keys go into vllm_config)."""
+    data = backend.model_dump()
+    for name, value in values.items():
+        if name.startswith("vllm_config."):
+            data["vllm_config"] = {**data["vllm_config"], name.removeprefix("vllm_config."): value}
+        else:
+            data[name] = value
+    return BackendConfig.model_validate(data)
+
+
+def reloads_engine(name: str) -> bool:
+    """Whether sweeping this field needs a new engine."""
+    return name not in WORKER_FIELDS
+
+
+SLO_DISTRIBUTIONS = {
+    "request_latency": "request_latency",
+    "queue_wait": "queue_wait",
+    "batch_wait": "batch_wait",
+    "time_to_first_token": "time_to_first_token",
+    "ttft": "time_to_first_token",
+    "time_per_output_token": "time_per_output_token",
+    "tpot": "time_per_output_token",
+}
+SLO_STATISTICS = {
+    "mean": "mean",
+    "median": "median",
+    "p50": "median",
+    "p90": "p90",
+    "p95": "p95",
+    "p99": "p99",
+    "p999": "p999",
+    "max": "max",
+}
+
+
+def parse_slo_name(name: str) -> tuple[str, str]:
+    """``ttft_p95`` (or ``ttftP95``, as a resource writes it) -> ("time_to_first_token", "p95"); ValueError
+    naming what is allowed."""
+    base, _, statistic = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower().rpartition("_")
+    if base not in SLO_DISTRIBUTIONS or statistic not in SLO_STATISTICS:
+        raise ValueError(
+            f"{name!r} is not DISTRIBUTION_STATISTIC with DISTRIBUTION one of {', '.join(SLO_DISTRIBUTIONS)}"
+            f" and STATISTIC one of {', '.join(SLO_STATISTICS)} (e.g. request_latency_p99, ttft_p95)"
+        )
+    return SLO_DISTRIBUTIONS[base], SLO_STATISTICS[statistic]
+
+
+class CostConfig(ConfigModel):
+    """What the GPUs cost, to price each benchmark's throughput."""
+
+    gpu_cost_per_hour: float = Field(gt=0, description="Price of one GPU for one hour, in any currency.")
+    gpus: int | None = Field(
+        default=None,
+        ge=1,
+        description="GPUs the engine occupies (default: vllm_config tensor_parallel_size x pipeline_parallel_size).",
+    )
+
+
 # --- the whole run ------------------------------------------------------------------------------------------
 
 
@@ -455,6 +598,19 @@ class RunConfig(ConfigModel):
         default_factory=list,
         description="Files to write: .json, .yaml/.yml, .csv or .html (a self-contained report) by extension.",
     )
+    sweep: SweepConfig | None = Field(
+        default=None,
+        description=f"Backend settings to run the whole profile at, one engine load for all that leave the engine"
+        f" alone; at most {MAX_SWEEP_BENCHMARKS} benchmarks in all (points times the profile's benchmarks).",
+    )
+    slo: dict[str, float] = Field(
+        default_factory=dict,
+        description="Latency budget: DISTRIBUTION_STATISTIC -> seconds, e.g. request_latency_p99: 2.0, ttft_p95:"
+        " 0.5. Distributions: request_latency, queue_wait, batch_wait, time_to_first_token (ttft),"
+        " time_per_output_token (tpot); statistics: mean, median (p50), p90, p95, p99, p999, max. A request meets"
+        " the budget when each of its values is at most the target (goodput counts those).",
+    )
+    cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
 
     @field_validator("outputs")
     @classmethod
@@ -463,6 +619,36 @@ class RunConfig(ConfigModel):
             if not path.lower().endswith(OUTPUT_EXTENSIONS):
                 raise ValueError(f"{path!r}: the file name must end in one of {', '.join(OUTPUT_EXTENSIONS)}")
         return outputs
+
+    @field_validator("slo")
+    @classmethod
+    def _known_targets(cls, slo: dict[str, float]) -> dict[str, float]:
+        for name, target in slo.items():
+            parse_slo_name(name)
+            if not target > 0:
+                raise ValueError(f"{name}: the target must be a positive number of seconds, got {target}")
+        return slo
+
+    @model_validator(mode="after")
+    def _sweep_is_bounded_and_valid(self) -> RunConfig:
+        if self.sweep is None:
+            return self
+        points = self.sweep.points()
+        per_point = self.profile.sweep_size if isinstance(self.profile, SweepProfileConfig) else 1
+        if len(points) * per_point > MAX_SWEEP_BENCHMARKS:
+            sizes = " x ".join(f"{len(values)} {name}" for name, values in self.sweep.axes())
+            profile = f" x {per_point} benchmarks of the sweep profile" if per_point > 1 else ""
+            raise ValueError(
+                f"sweep: {sizes}{profile} = {len(points) * per_point} benchmarks, more than the limit of"
+                f" {MAX_SWEEP_BENCHMARKS}; sweep fewer values or lower profile.sweep_size"
+            )
+        for point in points:
+            try:
+                apply_overrides(self.backend, point)
+            except ValueError as error:
+                values = ", ".join(f"{name}={value!r}" for name, value in point.items())
+                raise ValueError(f"sweep: the backend is not valid with {values}: {error}") from None
+        return self
 
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -53,6 +55,10 @@ class ConsoleObserver(events.RunObserver):
         label = "SIMULATED engine (timings modelled, not measured)" if info.kind == "simulated" else "engine vllm"
         print_plain(self.console, f"{label}: loaded {info.model} in {load_seconds:.2f} s")
 
+    def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
+        settings = ", ".join(f"{name}={value}" for name, value in values.items())
+        print_plain(self.console, f"sweep point {position + 1}/{total}: {settings}")
+
     def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
         if not self.show_progress:
             print_plain(self.console, f"benchmark {position + 1}: {strategy.label}")
@@ -88,7 +94,7 @@ class ConsoleObserver(events.RunObserver):
 
 
 def summary_tables(report: RunReport) -> list[Table]:
-    """Throughput and latency as two narrow tables, one row per benchmark, so they fit 80 columns."""
+    """Throughput, latency and the harness's cost as narrow tables, one row per benchmark, so they fit 80 columns."""
     title = f"batchmark {report.name}: {report.engine.model} on {report.engine.kind}"
     if report.engine.simulated:
         title += " (SIMULATED)"
@@ -96,14 +102,32 @@ def summary_tables(report: RunReport) -> list[Table]:
         title += " (INCOMPLETE)"
     throughput = Table(title=Text(title), title_justify="left")
     latency = Table(title="latency, seconds (TTFT and TPOT from the engine's timings)", title_justify="left")
+    swept = list(report.benchmarks[0].swept) if report.benchmarks else []
+    for table in (throughput, latency):
+        for name in swept:
+            table.add_column(name.removeprefix("vllm_config."), justify="right")
+    harness = Table(
+        title="engine steps and the harness's own cost (overhead: seconds per batch the engine waited for it)",
+        title_justify="left",
+    )
+    for name in swept:
+        harness.add_column(name.removeprefix("vllm_config."), justify="right")
+    for column in ("benchmark", "steps", "steps/1k req", "overhead mean", "overhead p99", "harness CPU s/req"):
+        harness.add_column(column, justify="left" if column == "benchmark" else "right")
     for column in ("benchmark", "stop", "ok/err/incompl", "req/s", "out tok/s", "total tok/s", "batch", "util"):
         throughput.add_column(column, justify="left" if column in ("benchmark", "stop") else "right")
-    for column in ("benchmark", "lat p50", "lat p99", "queue p50", "TTFT p50", "TPOT p50", "batch dur"):
+    for column in ("benchmark", "lat p50", "lat p99", "queue p50", "TTFT p50", "TPOT p50", "batch dur", "overhead p50"):
         latency.add_column(column, justify="left" if column == "benchmark" else "right")
+    tables = [throughput, latency, harness]
+    budget = _budget_table(report, swept)
+    if budget is not None:
+        tables.append(budget)
     for result in report.benchmarks:
         dist = result.distributions
         counts = result.requests
+        values = [str(result.swept.get(name, "-")) for name in swept]
         throughput.add_row(
+            *map(Text, values),
             Text(result.strategy),
             Text(result.stop_reason),
             f"{counts.completed}/{counts.errored}/{counts.incomplete}",
@@ -114,6 +138,7 @@ def summary_tables(report: RunReport) -> list[Table]:
             f"{result.engine_utilization:.3f}",
         )
         latency.add_row(
+            *map(Text, values),
             Text(result.strategy),
             _number(dist.request_latency.median),
             _number(dist.request_latency.p99),
@@ -121,8 +146,82 @@ def summary_tables(report: RunReport) -> list[Table]:
             _number(dist.time_to_first_token.median),
             _number(dist.time_per_output_token.median),
             _number(dist.batch_duration.median),
+            _number(dist.dispatch_overhead.median),
         )
-    return [throughput, latency]
+        harness.add_row(
+            *map(Text, values),
+            Text(result.strategy),
+            str(result.engine_steps),
+            _number(result.engine_steps_per_1000_requests),
+            _number(dist.dispatch_overhead.mean),
+            _number(dist.dispatch_overhead.p99),
+            _number(result.harness_cpu_per_request),
+        )
+    return tables
+
+
+def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
+    """Pass/fail against the budget, goodput and cost: only when a budget or a price was given."""
+    with_slo = any(result.slo is not None for result in report.benchmarks)
+    with_cost = any(result.cost is not None for result in report.benchmarks)
+    if not with_slo and not with_cost:
+        return None
+    title = "latency budget and cost" if with_slo and with_cost else "latency budget" if with_slo else "cost"
+    table = Table(title=title, title_justify="left")
+    columns = [*(name.removeprefix("vllm_config.") for name in swept), "benchmark"]
+    if with_slo:
+        columns += ["budget", "missed", "good req/s", "good out tok/s"]
+    if with_cost:
+        columns += ["GPUs", "per M out tok", "per M total tok"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("benchmark", "budget", "missed") else "right")
+    for result in report.benchmarks:
+        row: list[Text | str] = [*(Text(str(result.swept.get(name, "-"))) for name in swept), Text(result.strategy)]
+        if with_slo:
+            slo = result.slo
+            if slo is None:
+                row += ["-", "", "-", "-"]
+            else:
+                missed = ", ".join(target.name for target in slo.targets if not target.met)
+                row += [
+                    "[green]met[/]" if slo.met else "[red]missed[/]",
+                    missed,
+                    f"{slo.goodput.requests_per_second:,.2f}",
+                    f"{slo.goodput.output_tokens_per_second:,.1f}",
+                ]
+        if with_cost:
+            cost = result.cost
+            row += (
+                ["-", "-", "-"]
+                if cost is None
+                else [str(cost.gpus), _money(cost.per_million_output_tokens), _money(cost.per_million_total_tokens)]
+            )
+        table.add_row(*row)
+    return table
+
+
+def run_notes(report: RunReport) -> list[str]:
+    """The lines under the tables: load time, the sweep's time against its timed phases, the recommendation."""
+    if report.engine.loaded:
+        notes = [f"engine load time {report.engine.load_seconds:.2f} s (not timed)"]
+    else:
+        notes = [f"the engine had not loaded ({report.engine.load_seconds:.2f} s into loading)"]
+    sweep = report.sweep
+    if sweep is not None:
+        loads = len(sweep.engine_loads)
+        reloads = (
+            f"; the engine was reloaded {loads - 1} times ({sweep.load_seconds:.2f} s, not timed)"
+            if loads > 1
+            else "; one engine load for every point"
+        )
+        share = sweep.timed_seconds / sweep.wall_seconds if sweep.wall_seconds > 0 else 0.0
+        notes.append(
+            f"sweep of {sweep.points} points over {', '.join(sweep.fields)}: {sweep.wall_seconds:.2f} s in all, "
+            f"{sweep.timed_seconds:.2f} s of it timed ({share:.0%}){reloads}"
+        )
+    if report.recommendation is not None:
+        notes.append(report.recommendation.statement)
+    return notes
 
 
 def print_summary(console: Console, report: RunReport) -> None:
@@ -130,12 +229,14 @@ def print_summary(console: Console, report: RunReport) -> None:
         console.print(Panel(Text(simulated_banner(report.engine.gpu_name)), style="bold yellow"))
     for table in summary_tables(report):
         console.print(table)
-    if report.engine.loaded:
-        print_plain(console, f"engine load time {report.engine.load_seconds:.2f} s (not timed)")
-    else:
-        print_plain(console, f"the engine had not loaded ({report.engine.load_seconds:.2f} s into loading)")
+    for note in run_notes(report):
+        print_plain(console, note)
     if report.stop_reason is not None:
         print_plain(console, f"INCOMPLETE: {report.stop_reason}")
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.4g}"
 
 
 def _number(value: float | None) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.engines.base import EngineInfo
@@ -46,6 +46,9 @@ class RunObserver:
     def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
         return None
 
+    def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
+        """A sweep's point begins: the backend fields it sets, its index and the number of points."""
+
     def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
         return None
 
@@ -75,6 +78,10 @@ class Observers(RunObserver):
     def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
         for observer in self.observers:
             observer.on_engine_loaded(info, load_seconds)
+
+    def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
+        for observer in self.observers:
+            observer.on_sweep_point(values, position, total)
 
     def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
         for observer in self.observers:

@@ -3,14 +3,15 @@
 The counters and histograms follow the report's own accounting: they count the requests the report
 measures (warm-up and cool-down excluded), so ``batchmark_output_tokens_total`` at the end of a run equals the
 report's ``tokens.output`` summed over its benchmarks, and a dashboard and the results file never disagree.
-Every series carries ``benchmark`` (the run's name) and ``run_id``; no other label takes open-ended values.
+Every series carries ``benchmark`` (the run's name), ``run_id`` and ``batch_size`` (the backend's, which a sweep
+changes between its points: as many values as the sweep has); no other label takes open-ended values.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
@@ -48,6 +49,24 @@ SECONDS_BUCKETS: Final[tuple[float, ...]] = (
     1800.0,
     3600.0,
 )
+# The harness's own time per batch: tens of microseconds when all is well, milliseconds when it is not.
+OVERHEAD_BUCKETS: Final[tuple[float, ...]] = (
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
 DEFAULT_LINGER_SECONDS: Final = 15.0  # Prometheus' default scrape interval: the last values get scraped once
 
 
@@ -69,9 +88,10 @@ class MetricsObserver(RunObserver):
 
     def __init__(self, config: RunConfig, run_id: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        labels = {"benchmark": config.name, "run_id": run_id}
-        names = list(labels)
+        self._run_labels = {"benchmark": config.name, "run_id": run_id}
+        names = [*self._run_labels, "batch_size"]
         registry = self.registry
+        sizes = [config.backend.batch_size, *(config.sweep.batch_size or [] if config.sweep is not None else [])]
 
         def counter(name: str, documentation: str, extra: Sequence[str] = ()) -> Counter:
             return Counter(name, documentation, [*names, *extra], registry=registry)
@@ -82,57 +102,69 @@ class MetricsObserver(RunObserver):
         def gauge(name: str, documentation: str, extra: Sequence[str] = ()) -> Gauge:
             return Gauge(name, documentation, [*names, *extra], registry=registry)
 
-        requests = counter(
+        self._requests_family = counter(
             "batchmark_requests",
             "Measured requests by outcome: success, error, or incomplete (in flight when a benchmark stopped).",
             ["outcome"],
         )
-        self._requests = {outcome: requests.labels(**labels, outcome=outcome) for outcome in OUTCOMES}
-        self._prompt_tokens = counter(
+        self._prompt_tokens_family = counter(
             "batchmark_prompt_tokens", "Prompt tokens of measured successful requests, as the engine counted."
-        ).labels(**labels)
-        self._output_tokens = counter(
+        )
+        self._output_tokens_family = counter(
             "batchmark_output_tokens", "Tokens generated for measured successful requests."
-        ).labels(**labels)
-        self._latency = histogram(
+        )
+        self._latency_family = histogram(
             "batchmark_request_latency_seconds", "Enqueue to completion of measured requests.", SECONDS_BUCKETS
-        ).labels(**labels)
-        self._queue_wait = histogram(
+        )
+        self._queue_wait_family = histogram(
             "batchmark_queue_wait_seconds", "Enqueue to dispatch into the engine.", SECONDS_BUCKETS
-        ).labels(**labels)
-        self._batch_wait = histogram(
+        )
+        self._batch_wait_family = histogram(
             "batchmark_batch_wait_seconds",
             "Enqueue until the request's micro-batch was complete (filled or timed out).",
             SECONDS_BUCKETS,
-        ).labels(**labels)
-        self._batch_duration = histogram(
+        )
+        self._batch_duration_family = histogram(
             "batchmark_batch_duration_seconds", "One generate() call of a measured micro-batch.", SECONDS_BUCKETS
-        ).labels(**labels)
-        self._batch_size = histogram(
+        )
+        self._dispatch_overhead_family = histogram(
+            "batchmark_dispatch_overhead_seconds",
+            "The harness's own time per measured batch (per report in continuous dispatch), outside the engine's "
+            "calls: the engine waits for all of it.",
+            OVERHEAD_BUCKETS,
+        )
+        self._engine_busy_family = counter(
+            "batchmark_engine_busy_seconds",
+            "Seconds inside the engine's own calls (generate() or step()) for measured batches; its rate is the "
+            "engine utilisation.",
+        )
+        self._engine_steps_family = counter(
+            "batchmark_engine_steps", "Engine steps (scheduler iterations) of measured batches."
+        )
+        self._batch_size_family = histogram(
             "batchmark_effective_batch_size",
             "Requests per measured micro-batch, as dispatched.",
-            batch_size_buckets(config.backend.batch_size),
-        ).labels(**labels)
-        self._in_flight = gauge("batchmark_requests_in_flight", "Requests issued and not finished.").labels(**labels)
-        self._queued = gauge(
+            batch_size_buckets(max(sizes)),
+        )
+        self._in_flight_family = gauge("batchmark_requests_in_flight", "Requests issued and not finished.")
+        self._queued_family = gauge(
             "batchmark_requests_queued", "Requests waiting in the engine worker for a micro-batch."
-        ).labels(**labels)
-        self._load_seconds = gauge(
+        )
+        self._load_seconds_family = gauge(
             "batchmark_engine_load_seconds", "Time to load the engine, outside every timed phase."
-        ).labels(**labels)
-        phase = gauge(
+        )
+        self._phase_family = gauge(
             "batchmark_phase",
             "1 for the phase the run is in (loading, warmup, measuring, cooldown, done), 0 for the others.",
             ["phase"],
         )
-        self._phases = {name: phase.labels(**labels, phase=name) for name in PHASES}
         run_info = Info(
             "batchmark",
             "The run: model, backend, engine, batch size and batchmark's version.",
-            names,
+            list(self._run_labels),
             registry=registry,
         )
-        run_info.labels(**labels).info(
+        run_info.labels(**self._run_labels).info(
             {
                 "model": config.backend.model,
                 "backend": config.backend.kind,
@@ -141,9 +173,41 @@ class MetricsObserver(RunObserver):
                 "version": __version__,
             }
         )
+        self._phase: Phase = "loading"
+        self._bind(config.backend.batch_size)
         self.on_phase("loading")
 
+    def _bind(self, batch_size: int) -> None:
+        """Point every series at this batch size (a sweep's point); the previous point's series keep their values."""
+        labels = {**self._run_labels, "batch_size": str(batch_size)}
+        self._requests = {outcome: self._requests_family.labels(**labels, outcome=outcome) for outcome in OUTCOMES}
+        self._prompt_tokens = self._prompt_tokens_family.labels(**labels)
+        self._output_tokens = self._output_tokens_family.labels(**labels)
+        self._latency = self._latency_family.labels(**labels)
+        self._queue_wait = self._queue_wait_family.labels(**labels)
+        self._batch_wait = self._batch_wait_family.labels(**labels)
+        self._batch_duration = self._batch_duration_family.labels(**labels)
+        self._batch_size = self._batch_size_family.labels(**labels)
+        self._dispatch_overhead = self._dispatch_overhead_family.labels(**labels)
+        self._engine_busy = self._engine_busy_family.labels(**labels)
+        self._engine_steps = self._engine_steps_family.labels(**labels)
+        self._in_flight = self._in_flight_family.labels(**labels)
+        self._queued = self._queued_family.labels(**labels)
+        self._load_seconds = self._load_seconds_family.labels(**labels)
+        self._phases = {name: self._phase_family.labels(**labels, phase=name) for name in PHASES}
+
+    def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
+        batch_size = values.get("batch_size")
+        if batch_size is not None:
+            for child in self._phases.values():
+                child.set(0)  # the phase moves to the new point's series
+            self._in_flight.set(0)
+            self._queued.set(0)
+            self._bind(int(batch_size))
+            self.on_phase(self._phase)
+
     def on_phase(self, phase: Phase) -> None:
+        self._phase = phase
         for name, child in self._phases.items():
             child.set(1 if name == phase else 0)
 
@@ -175,7 +239,11 @@ class MetricsObserver(RunObserver):
             self._output_tokens.inc(output_tokens)
         if failed:
             self._requests["error"].inc(failed)
+        if succeeded or failed:
+            self._engine_busy.inc(report.engine_busy)
+            self._engine_steps.inc(report.steps)
         if (succeeded or failed) and report.effective_batch_size > 0:
+            self._dispatch_overhead.observe(report.overhead_seconds)
             self._batch_duration.observe(report.finished_at - report.started_at)
             self._batch_size.observe(report.effective_batch_size)
         self._queued.set(report.queue_depth)

@@ -64,6 +64,8 @@ def write_reports(report: RunReport, paths: Sequence[Path]) -> dict[Path, str]:
             write_report(report, path)
         except OSError as error:
             failures[path] = error.strerror or str(error)
+        except Exception as error:  # a format that cannot render this report must not cost the others
+            failures[path] = f"{type(error).__name__}: {error}"
     return failures
 
 
@@ -113,10 +115,15 @@ def report_csv(report: RunReport) -> str:
             "run_id": report.run_id,
             "engine": report.engine.kind,
             "model": report.engine.model,
-            "batch_size": report.config["backend"]["batch_size"],
+            "batch_size": benchmark.batch_size or report.config["backend"]["batch_size"],
         }
         # One row of scalars: the series kept for charts (timeline, CDF points, batch-size histogram) stay out.
         data = benchmark.model_dump(mode="json", exclude=_CSV_EXCLUDED)
+        if benchmark.slo is not None:
+            # One column pair per target instead of a list in a cell.
+            data["slo"]["targets"] = {
+                target.name: {"observed": target.observed, "met": target.met} for target in benchmark.slo.targets
+            }
         row.update(_flatten(data))
         rows.append(row)
     buffer = io.StringIO()

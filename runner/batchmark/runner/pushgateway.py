@@ -66,8 +66,10 @@ def results_registry(name: str, report: RunReport | None, now: float | None = No
         batch_size=str(report.config.get("backend", {}).get("batch_size", "")),
         version=__version__,
     ).set(1)
-    # One label value per benchmark of the run: a sweep has a handful, and each push replaces the last one's.
-    strategy = ["strategy"]
+    # One label set per benchmark of the run: its strategy, its batch size and the other swept values (empty
+    # without a sweep). A sweep has a bounded handful (MAX_SWEEP_BENCHMARKS), and each push replaces the last.
+    strategy = ["strategy", "batch_size", "swept"]
+    default_batch_size = report.config.get("backend", {}).get("batch_size", "")
 
     def gauge(metric: str, documentation: str, extra: list[str] | None = None) -> Gauge:
         return Gauge(metric, documentation, strategy + (extra or []), registry=registry)
@@ -84,25 +86,62 @@ def results_registry(name: str, report: RunReport | None, now: float | None = No
     duration = gauge("batchmark_result_duration_seconds", "The whole benchmark, warm-up and cool-down included.")
     measured = gauge("batchmark_result_measured_duration_seconds", "The measured window of the benchmark.")
     utilization = gauge("batchmark_result_engine_utilization_ratio", "Share of the window the engine generated.")
-    for benchmark in report.benchmarks:
-        label = benchmark.strategy
-        throughput["requests"].labels(label).set(benchmark.throughput.requests_per_second)
-        throughput["output"].labels(label).set(benchmark.throughput.output_tokens_per_second)
-        throughput["prompt"].labels(label).set(benchmark.throughput.prompt_tokens_per_second)
-        throughput["total"].labels(label).set(benchmark.throughput.total_tokens_per_second)
-        requests.labels(label, "success").set(benchmark.requests.completed)
-        requests.labels(label, "error").set(benchmark.requests.errored)
-        requests.labels(label, "incomplete").set(benchmark.requests.incomplete)
+    budgeted = any(benchmark.slo is not None for benchmark in report.benchmarks)
+    priced = any(benchmark.cost is not None for benchmark in report.benchmarks)
+    if budgeted:
+        slo_met = gauge("batchmark_result_slo_met", "1 when the benchmark met every target of the latency budget.")
+        goodput_requests = gauge(
+            "batchmark_result_goodput_requests_per_second", "Requests per second that met every per-request target."
+        )
+        goodput_output = gauge(
+            "batchmark_result_goodput_output_tokens_per_second",
+            "Output tokens per second of the requests that met every per-request target.",
+        )
+    if priced:
+        cost = gauge(
+            "batchmark_result_cost_per_million_tokens",
+            "Cost of a million tokens (kind: output or total) at the given GPU price.",
+            ["kind"],
+        )
+    recommended = gauge(
+        "batchmark_result_recommended", "1 for the recommended benchmark (highest output tokens/s within budget)."
+    )
+    chosen = report.recommendation.benchmark if report.recommendation is not None else None
+    for index, benchmark in enumerate(report.benchmarks):
+        label = (
+            benchmark.strategy,
+            str(benchmark.batch_size or default_batch_size),
+            ",".join(f"{name}={value}" for name, value in benchmark.swept.items() if name != "batch_size"),
+        )
+        throughput["requests"].labels(*label).set(benchmark.throughput.requests_per_second)
+        throughput["output"].labels(*label).set(benchmark.throughput.output_tokens_per_second)
+        throughput["prompt"].labels(*label).set(benchmark.throughput.prompt_tokens_per_second)
+        throughput["total"].labels(*label).set(benchmark.throughput.total_tokens_per_second)
+        requests.labels(*label, "success").set(benchmark.requests.completed)
+        requests.labels(*label, "error").set(benchmark.requests.errored)
+        requests.labels(*label, "incomplete").set(benchmark.requests.incomplete)
         for kind, count in benchmark.tokens.items():
-            tokens.labels(label, kind).set(count)
+            tokens.labels(*label, kind).set(count)
         summary = benchmark.distributions.request_latency
         for field_name, quantile in QUANTILE_FIELDS.items():
             value = getattr(summary, field_name)
             if value is not None:
-                latency.labels(label, quantile).set(value)
-        duration.labels(label).set(benchmark.duration)
-        measured.labels(label).set(benchmark.measured_duration)
-        utilization.labels(label).set(benchmark.engine_utilization)
+                latency.labels(*label, quantile).set(value)
+        duration.labels(*label).set(benchmark.duration)
+        measured.labels(*label).set(benchmark.measured_duration)
+        utilization.labels(*label).set(benchmark.engine_utilization)
+        recommended.labels(*label).set(1 if index == chosen else 0)
+        if budgeted and benchmark.slo is not None:
+            slo_met.labels(*label).set(1 if benchmark.slo.met else 0)
+            goodput_requests.labels(*label).set(benchmark.slo.goodput.requests_per_second)
+            goodput_output.labels(*label).set(benchmark.slo.goodput.output_tokens_per_second)
+        if priced and benchmark.cost is not None:
+            for kind, price in (
+                ("output", benchmark.cost.per_million_output_tokens),
+                ("total", benchmark.cost.per_million_total_tokens),
+            ):
+                if price is not None:
+                    cost.labels(*label, kind).set(price)
     return registry
 
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from batchmark.runner.stats import DistributionSummary
+from batchmark.runner.stats import Distribution, DistributionSummary
 
 
 class ResultModel(BaseModel):
@@ -35,6 +35,13 @@ class Distributions(ResultModel):
     )
     batch_duration: DistributionSummary = Field(
         description="One generate() call (batch dispatch) or the engine steps one report covers (continuous), seconds."
+    )
+    dispatch_overhead: DistributionSummary = Field(
+        default_factory=lambda: Distribution().summary(),
+        description="The harness's own seconds per batch (per report in continuous dispatch), during which the "
+        "engine had nothing to do: the dispatching thread's time outside the engine's calls — matching outputs to "
+        "requests, bookkeeping, handing the report over (prompts are built as requests arrive, on another thread; "
+        "reports are sent by another thread).",
     )
     batch_size: DistributionSummary = Field(
         description="Effective batch size: requests per generate() call, or running in the engine's step (continuous)."
@@ -73,6 +80,36 @@ class RequestSample(ResultModel):
     engine_decode: float | None = Field(description="Engine: first to last token, seconds.")
 
 
+class SloTargetResult(ResultModel):
+    name: str = Field(description="The target as given, e.g. request_latency_p99.")
+    target: float = Field(description="Highest allowed value, seconds.")
+    observed: float | None = Field(description="The benchmark's value of that statistic (null: no data).")
+    met: bool = Field(description="True when observed is at most target.")
+
+
+class Goodput(ResultModel):
+    requests: int = Field(description="Measured requests that succeeded and met every per-request target.")
+    requests_per_second: float = Field(description="Those requests per measured second.")
+    output_tokens_per_second: float = Field(description="Their generated tokens per measured second.")
+
+
+class SloVerdict(ResultModel):
+    """How one benchmark did against the run's latency budget."""
+
+    met: bool = Field(description="True when every target was met.")
+    targets: list[SloTargetResult] = Field(description="Each target with the observed value.")
+    goodput: Goodput = Field(description="Throughput counting only requests that met every per-request target.")
+
+
+class CostFigures(ResultModel):
+    """Throughput priced by the GPUs it occupied."""
+
+    gpus: int = Field(description="GPUs the engine occupied.")
+    gpu_cost_per_hour: float = Field(description="Price of one GPU for one hour.")
+    per_million_output_tokens: float | None = Field(description="Cost of a million generated tokens (null: none).")
+    per_million_total_tokens: float | None = Field(description="Cost of a million prompt and generated tokens.")
+
+
 class BenchmarkResult(ResultModel):
     """One benchmark: one strategy run under the constraints."""
 
@@ -89,7 +126,28 @@ class BenchmarkResult(ResultModel):
     tokens: dict[str, int] = Field(description="Totals of prompt and output tokens over measured requests.")
     throughput: Throughput = Field(description="Rates over the measured window.")
     engine_utilization: float = Field(
-        description="Share of the measured window the engine spent inside generate(); 1.0 = never idle."
+        description="Share of the measured window spent inside the engine's own calls — generate() in batch "
+        "dispatch, step() in continuous dispatch — timed around each call by the thread that makes it; 1.0 = the "
+        "engine never waited. The harness's time between calls (distributions.dispatch_overhead) is not counted."
+    )
+    engine_steps: int = Field(
+        default=0,
+        description="Engine steps (scheduler iterations) of the measured batches; 0 where the engine does not say.",
+    )
+    engine_steps_per_1000_requests: float | None = Field(
+        default=None,
+        description="Engine steps per 1,000 measured requests: batching efficiency independent of the machine's "
+        "speed (fewer steps for the same requests = fuller batches); null without step counts.",
+    )
+    harness_cpu_seconds: float | None = Field(
+        default=None,
+        description="CPU seconds of the runner's own work during the benchmark: the main process, and the engine "
+        "worker's own threads outside the engine's calls. The engine's CPU (its calls, its threads, its processes "
+        "in vLLM's default multiprocessing mode) is not counted.",
+    )
+    harness_cpu_per_request: float | None = Field(
+        default=None,
+        description="harness_cpu_seconds per request finished in the benchmark (warm-up and cool-down included).",
     )
     batches: int = Field(description="Micro-batches dispatched in the measured window.")
     batch_size_histogram: list[tuple[int, int]] = Field(
@@ -100,6 +158,13 @@ class BenchmarkResult(ResultModel):
     distributions: Distributions = Field(description="Distributions over measured requests and batches.")
     timeline: list[TimelinePoint] = Field(description="Completions and engine busy time over the benchmark.")
     samples: list[RequestSample] = Field(description="Per-request records, at most sample_requests of each kind.")
+    swept: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Values of the swept backend fields this benchmark ran with (empty without a sweep).",
+    )
+    batch_size: int | None = Field(default=None, description="The backend's batch_size for this benchmark.")
+    slo: SloVerdict | None = Field(default=None, description="Against the latency budget, when one was given.")
+    cost: CostFigures | None = Field(default=None, description="Cost per million tokens, when a GPU price was given.")
 
 
 class EngineSummary(ResultModel):
@@ -115,6 +180,42 @@ class EngineSummary(ResultModel):
         " config.",
     )
     details: dict[str, Any] = Field(description="Engine settings in effect.")
+
+
+class EngineLoad(ResultModel):
+    swept: dict[str, Any] = Field(description="The engine-changing swept values it was loaded with (empty: none).")
+    load_seconds: float = Field(description="Load time, outside every timed phase.")
+    pid: int | None = Field(description="The engine worker process.")
+    first_benchmark: int = Field(description="Index of the first benchmark that ran on it.")
+
+
+class SweepSummary(ResultModel):
+    """A sweep as a whole: its fields, its engine loads, and its time against the sum of its timed phases."""
+
+    fields: list[str] = Field(description="Swept backend fields, slowest-varying first.")
+    points: int = Field(description="Sweep points (value combinations).")
+    engine_loads: list[EngineLoad] = Field(
+        description="Every engine load, in order: one unless an engine field was swept."
+    )
+    wall_seconds: float = Field(
+        description="From the first point's start to the last benchmark's end, reloads included."
+    )
+    timed_seconds: float = Field(description="Sum of the benchmarks' durations.")
+    load_seconds: float = Field(description="Sum of the reloads inside the sweep (the first load is outside it).")
+
+
+class Recommendation(ResultModel):
+    """The setting to run: the highest output throughput among the benchmarks that met the budget."""
+
+    benchmark: int | None = Field(description="Index of the recommended benchmark; null when none met the budget.")
+    strategy: str | None = Field(description="Its strategy label.")
+    swept: dict[str, Any] = Field(description="Its swept values.")
+    output_tokens_per_second: float | None = Field(description="Its output throughput.")
+    budget: bool = Field(description="True when a latency budget (slo) was given.")
+    met_budget: bool = Field(description="True when at least one benchmark met the budget (or none was given).")
+    runner_up: int | None = Field(description="Index of the next best benchmark among the same candidates.")
+    margin: float | None = Field(description="Output throughput over the runner-up's, minus 1 (0.1: 10% ahead).")
+    statement: str = Field(description="The recommendation in one sentence.")
 
 
 class RunReport(ResultModel):
@@ -134,3 +235,7 @@ class RunReport(ResultModel):
         description="Why an incomplete run ended early (a signal, the engine failing), or null when it ran to its end.",
     )
     benchmarks: list[BenchmarkResult] = Field(description="One per strategy (several for a sweep).")
+    sweep: SweepSummary | None = Field(default=None, description="The sweep, when backend fields were swept.")
+    recommendation: Recommendation | None = Field(
+        default=None, description="The best benchmark under the budget, when several ran or a budget was given."
+    )

@@ -4,7 +4,8 @@ hurries the shutdown; neither ever raises, so a traceback never replaces the res
 Kubernetes stops a pod with SIGTERM and kills it 30 s later (the default grace period). After the first signal
 batchmark exits within ``SHUTDOWN_SECONDS``, whatever it was doing: the engine's process gets
 ``ENGINE_STOP_SECONDS`` to end before it is terminated, the results are written, a Pushgateway push makes no
-further attempts and is abandoned at the deadline, and the metrics linger ends at the deadline.
+further attempts and is abandoned at the deadline, and the metrics linger ends at the deadline (both
+``EXIT_RESERVE_SECONDS`` before ``SHUTDOWN_SECONDS``, so that the exit itself fits).
 
 Only the standard library here: this module is imported before anything slow, so that a signal in the
 first second of the process is handled like any other.
@@ -20,6 +21,9 @@ from typing import Any, Final
 
 SHUTDOWN_SECONDS: Final = 20.0
 ENGINE_STOP_SECONDS: Final = 5.0
+# Kept free at the end of SHUTDOWN_SECONDS for what follows the optional steps (closing the metrics server,
+# the interpreter's exit), which take up to about 3 s on a busy two-core machine (benchmarks/README.md).
+EXIT_RESERVE_SECONDS: Final = 5.0
 _POLL_SECONDS: Final = 0.05
 
 
@@ -91,12 +95,13 @@ class Shutdown:
         return None if self.signal is None else 128 + self.signal
 
     def seconds_left(self) -> float | None:
-        """Until the shutdown deadline; None before any signal, 0 once hurried."""
+        """Until the deadline of the optional steps (the push, the linger): SHUTDOWN_SECONDS after the first
+        signal, less the exit's reserve; None before any signal, 0 once hurried."""
         if self.hurry.is_set():
             return 0.0
         if self.first_at is None:
             return None
-        return max(0.0, self.first_at + SHUTDOWN_SECONDS - time.monotonic())
+        return max(0.0, self.first_at + SHUTDOWN_SECONDS - EXIT_RESERVE_SECONDS - time.monotonic())
 
     def engine_grace(self) -> float:
         """How long the engine's process may take to stop by itself before it is terminated."""

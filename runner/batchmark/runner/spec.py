@@ -41,6 +41,29 @@ def parse_spec(text: str) -> dict[str, Any]:
     return result
 
 
+def parse_sweep(text: str) -> dict[str, Any]:
+    """One ``--sweep`` value: ``FIELD=V1,V2,...`` (values read as YAML, a dotted field nests) or a JSON object.
+
+    ``vllm_config.max_num_seqs=64,128`` gives ``{"vllm_config": {"max_num_seqs": [64, 128]}}``.
+    """
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        return parse_spec(stripped)
+    key, separator, raw = stripped.partition("=")
+    key = key.strip()
+    if not separator or not key or not raw.strip():
+        raise SpecError(f"{text!r} is not FIELD=VALUE,VALUE,... (e.g. batch_size=8,16,32)")
+    raw = raw.strip()
+    values: Any = (
+        _parse_value(raw) if raw.startswith("[") else [_parse_value(part.strip()) for part in _split_top_level(raw)]
+    )
+    if not isinstance(values, list):
+        raise SpecError(f"{key}: expected a list of values, got {raw!r}")
+    result: dict[str, Any] = {}
+    _assign(result, key.split("."), values, key)
+    return result
+
+
 def _parse_value(raw: str) -> Any:
     if raw == "" or any(marker in raw for marker in _TEMPLATE_MARKERS):
         # Free text such as an inline Jinja2 template is kept as written.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -53,6 +54,23 @@ class BenchmarkSummary(SummaryModel):
     engine_utilization: float | None = Field(
         default=None, description="Share of the measured window the engine was busy, 0 to 1."
     )
+    swept: dict[str, Any] | None = Field(
+        default=None, description="Values of the swept backend fields this benchmark ran with (a sweep only)."
+    )
+    batch_size: int | None = Field(default=None, description="The backend's batch_size for this benchmark.")
+    slo_met: bool | None = Field(default=None, description="Whether it met every target of the latency budget.")
+    goodput_requests_per_second: float | None = Field(
+        default=None, description="Requests per second that met every per-request target of the budget."
+    )
+    goodput_output_tokens_per_second: float | None = Field(
+        default=None, description="Output tokens per second of the requests that met every per-request target."
+    )
+    cost_per_million_output_tokens: float | None = Field(
+        default=None, description="Cost of a million generated tokens at the given GPU price."
+    )
+    cost_per_million_total_tokens: float | None = Field(
+        default=None, description="Cost of a million prompt and generated tokens at the given GPU price."
+    )
 
 
 class EngineStatus(SummaryModel):
@@ -76,6 +94,11 @@ class RunSummary(SummaryModel):
     omitted_benchmarks: int = Field(
         default=0, description="Benchmarks left out to fit the termination message (the results ConfigMap has all)."
     )
+    recommended: int | None = Field(
+        default=None,
+        description="Index in the full report of the recommended benchmark (highest output tokens/s within budget).",
+    )
+    recommendation: str | None = Field(default=None, description="The recommendation, or why there is none.")
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:
@@ -115,6 +138,13 @@ def benchmark_summary(result: BenchmarkResult) -> BenchmarkSummary:
         tpot_p50_seconds=_round(distributions.time_per_output_token.median),
         mean_batch_size=_round(distributions.batch_size.mean),
         engine_utilization=_round(result.engine_utilization),
+        swept=dict(result.swept) or None,
+        batch_size=result.batch_size,
+        slo_met=result.slo.met if result.slo is not None else None,
+        goodput_requests_per_second=_round(result.slo.goodput.requests_per_second) if result.slo else None,
+        goodput_output_tokens_per_second=_round(result.slo.goodput.output_tokens_per_second) if result.slo else None,
+        cost_per_million_output_tokens=_round(result.cost.per_million_output_tokens) if result.cost else None,
+        cost_per_million_total_tokens=_round(result.cost.per_million_total_tokens) if result.cost else None,
     )
 
 
@@ -124,6 +154,8 @@ def run_summary(report: RunReport) -> RunSummary:
         complete=report.complete,
         engine=engine_status(report.engine),
         results=[benchmark_summary(result) for result in report.benchmarks],
+        recommended=report.recommendation.benchmark if report.recommendation is not None else None,
+        recommendation=report.recommendation.statement if report.recommendation is not None else None,
     )
 
 
@@ -142,10 +174,16 @@ _DEGRADED_FIELDS: tuple[frozenset[str], ...] = (
             "latency_p99_seconds",
             "ttft_p99_seconds",
             "engine_utilization",
+            "swept",
+            "slo_met",
+            "goodput_output_tokens_per_second",
+            "cost_per_million_output_tokens",
         }
     ),
-    frozenset({"strategy", "requests_per_second", "output_tokens_per_second", "latency_p50_seconds"}),
-    frozenset({"strategy", "output_tokens_per_second"}),
+    frozenset(
+        {"strategy", "swept", "slo_met", "requests_per_second", "output_tokens_per_second", "latency_p50_seconds"}
+    ),
+    frozenset({"strategy", "swept", "output_tokens_per_second"}),
 )
 
 

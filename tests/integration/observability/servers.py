@@ -106,15 +106,26 @@ class Prometheus:
 
 @contextlib.contextmanager
 def prometheus(
-    workdir: Path, targets: list[str], scrape_interval: str = "1s", honor_labels: bool = False
+    workdir: Path,
+    targets: list[str],
+    scrape_interval: str = "1s",
+    honor_labels: bool = False,
+    target_labels: dict[str, str] | None = None,
+    job: str = "test",
 ) -> Iterator[Prometheus]:
+    """A Prometheus scraping the targets; target_labels are added to their series, as a PodMonitor adds
+    `namespace` and `pod`."""
     binary = require("prometheus")
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     config = {
         "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
         "scrape_configs": [
-            {"job_name": "test", "honor_labels": honor_labels, "static_configs": [{"targets": targets}]}
+            {
+                "job_name": job,
+                "honor_labels": honor_labels,
+                "static_configs": [{"targets": targets, "labels": target_labels or {}}],
+            }
         ],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))

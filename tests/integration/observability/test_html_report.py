@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +21,8 @@ DATA = "kind=synthetic_text,prompt_tokens=256,output_tokens=128"
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts" / "observability"
 SINGLE_CHARTS = ("throughput", "latency-cdf", "batch-size")
 SWEEP_CHARTS = (*SINGLE_CHARTS, "sweep-throughput", "sweep-latency")
+BATCH_SWEEP_CHARTS = (*SINGLE_CHARTS, "sweep-batch-throughput", "sweep-batch-latency")
+BATCH_SIZES = ("4", "8", "16", "32", "64")
 
 
 def batchmark(*args: str) -> subprocess.CompletedProcess[str]:
@@ -44,6 +48,23 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(folder / "sweep.html"),
     )
     batchmark(*common, "--profile", "kind=throughput,max_concurrency=16", "--output", str(folder / "single.json"))
+    batchmark(
+        *common,
+        "--name",
+        "batch-sweep",
+        "--profile",
+        "kind=throughput,max_concurrency=64",
+        "--sweep",
+        f"batch_size={','.join(BATCH_SIZES)}",
+        "--slo",
+        "request_latency_p99=1000",  # simulated without sleeping: every point meets it
+        "--gpu-cost-per-hour",
+        "2.5",
+        "--output",
+        str(folder / "batch-sweep.json"),
+        "--output",
+        str(folder / "batch-sweep.html"),
+    )
     return folder
 
 
@@ -125,3 +146,60 @@ def test_the_browser_checks_catch_errors_and_fetches(browser: Chromium, tmp_path
         assert any("undefinedFunction" in message for message in page.load.exceptions)
         assert "https://example.com/chart.png" in page.load.requests
         assert page.load.failed_requests  # offline: the fetch failed
+
+
+def test_a_batch_size_sweep_has_its_view_budget_line_recommended_point_and_cost(
+    browser: Chromium, results: Path
+) -> None:
+    url = (results / "batch-sweep.html").as_uri()
+    with browser.open(url) as page:
+        assert_offline_and_clean(page, url)
+        assert_charts_drawn(page, BATCH_SWEEP_CHARTS)
+        view = page.evaluate(
+            """(function () {
+                 function all(root, selector) { return Array.from(root.querySelectorAll(selector)); }
+                 function text(element) { return element.textContent; }
+                 function texts(root, selector) { return all(root, selector).map(text); }
+                 function chart(key) { return document.querySelector('figure[data-chart="' + key + '"] svg'); }
+                 var latency = chart("sweep-batch-latency"), throughput = chart("sweep-batch-throughput");
+                 var ticks = all(throughput, "text")
+                   .filter(function (t) { return t.getAttribute("text-anchor") === "middle"; })
+                   .map(function (t) { return [t.textContent, parseFloat(t.getAttribute("x"))]; });
+                 return {
+                   ticks: ticks,
+                   xLabel: texts(throughput, "text"),
+                   budget: texts(latency, "line.budget"),
+                   recommended: all(document, "circle.recommended").length,
+                   rows: all(document, "#sweep tbody tr").length,
+                   recommendedRows: texts(document, "#sweep tbody tr.recommended td:first-child"),
+                   headers: texts(document, "#sweep th"),
+                   notes: texts(document, "p.sweep-note")
+                 };
+               })()"""
+        )
+        page.screenshot(ARTIFACTS / "html-report-batch-sweep.png")
+    # A log scale: the doublings of the batch size sit at equal distances.
+    ticks = [(label, x) for label, x in view["ticks"] if label in BATCH_SIZES]
+    assert [label for label, _ in ticks] == list(BATCH_SIZES)
+    gaps = [right - left for (_, left), (_, right) in itertools.pairwise(ticks)]
+    assert max(gaps) - min(gaps) < 1.0, gaps
+    assert "batch_size (log scale)" in view["xLabel"]
+    assert view["budget"] == ["budget: request_latency_p99 ≤ 1000 s"]
+    assert view["recommended"] == 2  # on the throughput and the latency chart
+    assert view["rows"] == len(BATCH_SIZES)
+    report = json.loads((results / "batch-sweep.json").read_text())
+    best = report["recommendation"]["benchmark"]
+    assert view["recommendedRows"] == [BATCH_SIZES[best]]
+    assert {"batch_size", "budget", "goodput out tok/s", "cost / M out tok", "cost / M total tok"} <= set(
+        view["headers"]
+    )
+    assert any("one engine load for every point" in note for note in view["notes"])
+    assert any(note.startswith("Recommended: ") for note in view["notes"])
+
+
+def test_compare_names_each_point_by_its_swept_values(results: Path) -> None:
+    printed = batchmark("compare", str(results / "batch-sweep.json"), str(results / "batch-sweep.json"))
+    for size in BATCH_SIZES:
+        assert f"(batch_size={size})" in printed.stdout
+    assert "cost per M output tokens" in printed.stdout
+    assert "goodput output tokens/s" in printed.stdout

@@ -55,9 +55,9 @@ def test_serves_through_the_linger_and_a_second_signal_ends_it(tmp_path: Path) -
         start_new_session=True,
     )
     try:
-        wait_for_metric(url, 'batchmark_phase{benchmark="linger",phase="measuring"', process)
+        wait_for_metric(url, 'batchmark_phase{batch_size="8",benchmark="linger",phase="measuring"', process)
         process.send_signal(signal.SIGTERM)  # as Kubernetes stops a pod: the run ends cleanly, results kept
-        wait_for_metric(url, 'batchmark_phase{benchmark="linger",phase="done"', process)
+        wait_for_metric(url, 'batchmark_phase{batch_size="8",benchmark="linger",phase="done"', process)
         deadline = time.monotonic() + 30
         while not results.exists():  # the phase turns "done" as the run returns; the files follow
             assert time.monotonic() < deadline, process.communicate()

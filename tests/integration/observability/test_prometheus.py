@@ -184,7 +184,10 @@ def gateway_values(gateway: str) -> dict[tuple[str, frozenset[tuple[str, str]]],
 
 
 def value(values: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
-    wanted = {"job": "batchmark", "benchmark": "pushed", "instance": "", **labels}  # the gateway adds instance
+    # The gateway adds instance; every result series carries the benchmark's batch size and other swept values.
+    wanted = {"job": "batchmark", "benchmark": "pushed", "instance": "", **labels}
+    if "strategy" in labels:
+        wanted = {"batch_size": "8", "swept": "", **wanted}
     matches = [v for (metric, found), v in values.items() if metric == name and dict(found) == wanted]
     assert len(matches) == 1, f"{name}{labels}: {matches} in {sorted(k[0] for k in values)}"
     return matches[0]

@@ -77,12 +77,13 @@ class OperatorProcess:
     metrics_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    kubeconfig: Path | None = None  # default: the cluster's admin
 
     def start(self) -> None:
         command = [sys.executable, "-m", "batchmark.runner.cli", "operator"]
         command += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         command += ["--health-address", "127.0.0.1", "--health-port", str(self.health_port)]
-        environment = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig or self.cluster.kubeconfig)}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
         wait_for("the operator's /healthz", self.healthy, timeout_seconds=60)

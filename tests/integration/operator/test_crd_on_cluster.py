@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,15 @@ def test_the_api_servers_defaults_give_the_same_run_config_as_the_cli(
     from_cr = BatchBenchmarkSpec.model_validate(stored["spec"]).run_config(stored["metadata"]["name"])
     assert from_cr == from_cli
     assert getattr(from_cr.profile, "max_concurrency", None) == concurrency
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_every_example_passes_the_api_servers_validation(
+    batchmark_crd: KubeCluster, kube_namespace: str, path: Path
+) -> None:
+    """The real-GPU examples (tensor parallelism, model cache) are never run here, but the schema takes them."""
+    result = kubectl_apply(batchmark_crd, kube_namespace, path.read_text(encoding="utf-8"), "--dry-run=server")
+    assert result.returncode == 0, result.stderr

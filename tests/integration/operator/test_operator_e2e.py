@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -157,6 +158,7 @@ def test_lifecycle_columns_wait_events_and_results(
     )
     assert 'batchmark_operator_reconciles_total{outcome="success"}' in metrics
     assert "batchmark_operator_reconcile_duration_seconds_bucket" in metrics
+    assert re.search(r'batchmark_operator_benchmarks\{phase="Succeeded"\} [1-9]', metrics)
 
     # Deleting the resource removes what it owns, and its series.
     cluster.kubectl("delete", "bb", "simulated-throughput", "-n", kube_namespace, "--wait=true")
@@ -287,7 +289,9 @@ def test_cancel_keeps_partial_results(batchmark_operator: OperatorProcess, kube_
     found = wait_for_phase(cluster, kube_namespace, "long", {"Cancelled", "Failed", "Succeeded"}, 90)
     status = found["status"]
     assert status["phase"] == "Cancelled", status
-    assert status["results"][0]["stopReason"] == "interrupted by SIGTERM"
+    # The node agent signals the pod's whole process group (a kubelet signals the container's first process):
+    # the runner either sees the signal first ("interrupted by SIGTERM") or its engine worker's death by it.
+    assert "SIGTERM" in status["results"][0]["stopReason"]
     assert status["results"][0]["requests"]["completed"] > 0
     report = results_report(cluster, kube_namespace, "long")
     assert report is not None

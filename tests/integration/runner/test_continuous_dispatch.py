@@ -134,3 +134,32 @@ def test_step_api_aborts_requests_by_id() -> None:
     while engine.has_unfinished_requests():
         outputs.extend(engine.step())
     assert [output.request_id for output in outputs] == ["keep"]
+
+
+@pytest.mark.parametrize("dispatch", ["batch", "continuous"])
+def test_a_run_reports_engine_steps_overhead_and_utilisation_of_the_engine_calls_only(
+    tmp_path: Path, dispatch: str
+) -> None:
+    report = run_cli(
+        tmp_path,
+        {"batch_size": 8, "dispatch": dispatch, "simulation": {"time_scale": 1.0}},
+        {"prompt_tokens": 32, "output_tokens": 16},
+        count=64,
+        concurrency=8,
+    )
+    [result] = report["benchmarks"]
+    assert result["requests"]["completed"] == 64
+    if dispatch == "batch":
+        # Eight full batches, each one prefill step (it also samples the first token) and fifteen decode steps.
+        assert result["engine_steps"] == 8 * 16
+    assert result["engine_steps_per_1000_requests"] == pytest.approx(1000 * result["engine_steps"] / 64)
+    assert result["engine_steps"] >= 8 * 16  # never fewer steps than full batches need
+    overhead = result["distributions"]["dispatch_overhead"]
+    assert overhead["count"] == result["batches"]
+    assert 0 <= overhead["min"] <= overhead["max"] < 0.5
+    # Utilisation is the engine calls' share of the window: the timeline's busy seconds over that window.
+    busy = sum(point["engine_busy"] for point in result["timeline"])
+    assert result["engine_utilization"] == pytest.approx(min(1.0, busy / result["measured_duration"]), abs=0.01)
+    assert 0.5 < result["engine_utilization"] <= 1.0
+    assert result["harness_cpu_seconds"] > 0
+    assert result["harness_cpu_per_request"] == pytest.approx(result["harness_cpu_seconds"] / 64)

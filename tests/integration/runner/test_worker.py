@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import threading
 import time
 
 import pytest
 
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
-from batchmark.runner.backend.messages import BatchReport
-from batchmark.runner.backend.worker import EngineWorker
+from batchmark.runner.backend.batcher import MicroBatcher
+from batchmark.runner.backend.messages import BatchReport, Stop, Submit
+from batchmark.runner.backend.reporter import Reporter
+from batchmark.runner.backend.worker import EngineWorker, _receive_requests
 from batchmark.runner.config import VllmPythonBatchBackendConfig
 from batchmark.runner.data import RequestSpec
+from batchmark.runner.engines.base import WorkItem
+from batchmark.runner.engines.factory import load_engine
 
 pytestmark = pytest.mark.integration
 
@@ -101,3 +107,51 @@ def test_a_worker_that_cannot_load_reports_why() -> None:
             worker.start()
     finally:
         worker.close()
+
+
+def test_reports_carry_engine_time_steps_overhead_and_harness_cpu() -> None:
+    worker = EngineWorker(backend_config(), seed=1)
+    try:
+        worker.start()
+        worker.submit(specs(24))
+        reports = collect(worker, 24)
+    finally:
+        worker.close()
+    assert [len(report.completions) for report in reports] == [8, 8, 8]
+    # Eight 32-token prompts prefill in one step that samples their first token; fifteen decode steps follow.
+    assert [report.steps for report in reports] == [16, 16, 16]
+    for report in reports:
+        assert report.engine_seconds is not None
+        assert 0 < report.engine_seconds <= report.finished_at - report.started_at
+        assert report.overhead_seconds >= 0
+    cpu = [report.harness_cpu for report in reports]
+    assert cpu == sorted(cpu)
+    assert cpu[-1] > 0
+
+
+def test_prompts_are_built_by_the_receiving_thread_as_requests_arrive() -> None:
+    engine = load_engine(backend_config(), seed=1)
+    built_on: list[str] = []
+
+    class Recording:
+        def prepare(self, item: WorkItem) -> WorkItem:
+            built_on.append(threading.current_thread().name)
+            return engine.prepare(item)
+
+    ours, theirs = multiprocessing.Pipe(duplex=True)
+    batcher: MicroBatcher[WorkItem] = MicroBatcher(batch_size=4, batch_timeout=10.0)
+    reporter = Reporter(ours)
+    receiver = threading.Thread(
+        target=_receive_requests, args=(ours, batcher, reporter, Recording()), name="batchmark-receiver"
+    )
+    receiver.start()
+    try:
+        theirs.send(Submit(specs(4)))
+        batch = batcher.next_batch()
+        assert batch is not None
+        assert all(item.prepared is not None for item in batch.items)
+        assert built_on == ["batchmark-receiver"] * 4
+    finally:
+        theirs.send(Stop())
+        receiver.join(timeout=10)
+        reporter.close()

@@ -62,10 +62,14 @@ def main() -> None:
     results["load_seconds"] = time.monotonic() - started
     assert isinstance(engine, GenerateEngine)
     results["info"] = {"kind": engine.info.kind, "version": engine.info.version, "details": engine.info.details}
+    results["typed_prompts"] = engine.engine_input is not None
 
     # Batch: one generate() per batch; the too-long prompt (id 3) must fail alone.
     batch = [item(1, 32, 5), item(2, 64, 9), item(3, max_model_len + 50, 4), item(4, 16, 1), item(5, 100, 17)]
     results["batch"] = [record(c) for c in engine.run_batch(batch)]
+    # generate() runs the engine's steps inside; the runner counts them where generate calls them.
+    results["batch_steps"] = engine.clock.steps()
+    results["batch_engine_seconds"] = engine.clock.seconds
 
     # Continuous: requests added while the engine runs, one of them invalid.
     finished: list[Completion] = []
@@ -82,6 +86,7 @@ def main() -> None:
             late_added = True
     results["continuous"] = [record(c) for c in rejected + finished]
     results["continuous_steps"] = steps
+    results["continuous_counted_steps"] = engine.clock.steps() - results["batch_steps"]
 
     # Request formats on the real tokenizer, each run through the engine.
     tokenizer = engine.llm.get_tokenizer()

@@ -48,6 +48,11 @@ def assert_sane_report(report: dict[str, Any], dispatch: str) -> dict[str, Any]:
     assert result["distributions"]["output_tokens"]["max"] == OUTPUT_TOKENS
     assert result["throughput"]["output_tokens_per_second"] > 0
     assert 0 < result["engine_utilization"] <= 1
+    # Every request needs one step per output token at least; the harness's own time is a distribution.
+    assert result["engine_steps"] >= OUTPUT_TOKENS * REQUESTS / 8
+    assert result["engine_steps_per_1000_requests"] == pytest.approx(1000 * result["engine_steps"] / REQUESTS)
+    assert result["distributions"]["dispatch_overhead"]["count"] == result["batches"]
+    assert result["harness_cpu_per_request"] > 0
     # Engine stats are on: TTFT comes from vLLM's own timestamps, not zero.
     assert result["distributions"]["time_to_first_token"]["count"] == REQUESTS
     assert result["distributions"]["time_to_first_token"]["min"] > 0
@@ -98,6 +103,14 @@ def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: Vllm
     assert (continuous[11]["output_tokens"], continuous[13]["output_tokens"]) == (12, 6)
     assert continuous[13]["prompt_tokens"] == 20
     assert checks["continuous_steps"] >= 12  # one step per token of the longest request, at least
+    assert checks["continuous_counted_steps"] == checks["continuous_steps"]
+    # Batch dispatch counted the steps generate() ran inside: at least one per token of the longest request,
+    # in each of the calls the too-long prompt's bisection made.
+    assert checks["batch_steps"] >= 17
+    assert checks["batch_engine_seconds"] > 0
+    # add_request got vLLM's typed EngineInput, not the raw prompt it deprecates (it warns once if it does).
+    assert checks["typed_prompts"] is True
+    assert "Passing raw prompts" not in result.stdout + result.stderr
 
     # request_format: plain keeps the exact token ids; the templates wrap the content.
     formats = checks["formats"]
@@ -149,6 +162,7 @@ def test_cli_continuous_dispatch_in_a_spawned_worker_with_a_jinja_template(
     assert report["engine"]["details"]["request_format"] == "jinja"
     # The template adds its own tokens around each 48-token content.
     assert benchmark["distributions"]["prompt_tokens"]["min"] > 48
+    assert "Passing raw prompts" not in result.stdout + result.stderr  # typed EngineInput to add_request
     # Nothing waits for a batch to fill: no batch wait, and batch_size caps what is in flight.
     assert benchmark["distributions"]["batch_wait"]["max"] == 0
 

@@ -4,13 +4,16 @@ Put ``benchmarks/vs_guidellm/simulated_vllm`` first on ``PYTHONPATH`` and ``impo
 GuideLLM's ``vllm_python_batch`` backend, batchmark's real-engine adapter (``engine=vllm``) and the ideal
 ``generate()`` timings then all drive the same simulated engine through vLLM's own API (``LLM``,
 ``EngineArgs``, ``LLM.from_engine_args``, ``generate``, ``get_tokenizer``, ``llm_engine.add_request``/``step``),
-with GPU-like step times from batchmark's cost model instead of this CPU's.
+with GPU-like step times from batchmark's cost model instead of this CPU's. As in vLLM, ``generate()`` adds its
+prompts to ``llm_engine`` and calls ``llm_engine.step()`` until they are done, so one engine step is one
+``step()`` call in either dispatch mode and a wrapper around ``LLMEngine.step`` sees them all.
 
 Text prompts (GuideLLM sends text) are tokenized with the model folder's own tokenizer, as vLLM would.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +32,7 @@ from batchmark.runner.engines.simulated import (
 )
 
 __version__ = "0.32.0+batchmark-simulated"
-__all__ = ["LLM", "CompletionOutput", "EngineArgs", "RequestOutput", "SamplingParams", "TokensPrompt"]
+__all__ = ["LLM", "CompletionOutput", "EngineArgs", "LLMEngine", "RequestOutput", "SamplingParams", "TokensPrompt"]
 
 # The simulated GPU's speed can be scaled for quick runs; 1.0 is real time.
 TIME_SCALE = float(os.environ.get("BATCHMARK_SIM_TIME_SCALE", "1.0"))
@@ -54,7 +57,7 @@ class EngineArgs:
         self.extra = kwargs
 
 
-class _Engine(SimulatedLLMEngine):
+class LLMEngine(SimulatedLLMEngine):
     """``LLM.llm_engine`` with the ``model_config`` vLLM's has."""
 
     def __init__(self, llm: SimulatedLLM) -> None:
@@ -78,7 +81,8 @@ class LLM:
             time_scale=TIME_SCALE,
             vocab_size=len(self._tokenizer),
         )
-        self.llm_engine = _Engine(self._llm)
+        self.llm_engine = LLMEngine(self._llm)
+        self._request_ids = itertools.count()
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs) -> LLM:
@@ -106,8 +110,22 @@ class LLM:
         use_tqdm: bool = False,
         **_: Any,
     ) -> list[RequestOutput]:
-        prompt_list = [prompts] if isinstance(prompts, str | dict) else list(prompts)
-        return self._llm.generate([self._tokens(prompt) for prompt in prompt_list], sampling_params, use_tqdm)
+        """As vLLM's: every prompt is added to the engine, then ``llm_engine.step()`` runs until all finished."""
+        prompt_list = [self._tokens(prompt) for prompt in ([prompts] if isinstance(prompts, str | dict) else prompts)]
+        params_list = self._llm._params_per_prompt(prompt_list, sampling_params)
+        added: list[str] = []
+        try:
+            for prompt, params in zip(prompt_list, params_list, strict=True):
+                request_id = str(next(self._request_ids))
+                self.llm_engine.add_request(request_id, prompt, params)
+                added.append(request_id)
+        except Exception:
+            self.llm_engine.abort_request(added)  # vLLM takes back what it added, then raises for the call
+            raise
+        outputs: list[RequestOutput] = []
+        while self.llm_engine.has_unfinished_requests():
+            outputs.extend(output for output in self.llm_engine.step() if output.finished)
+        return sorted(outputs, key=lambda output: int(output.request_id))
 
     def shutdown(self) -> None:
         return None

@@ -3,19 +3,20 @@
 Requests join the engine as soon as they reach the worker, up to ``batch_size`` in flight (``batch_timeout``
 is unused: nothing waits for a batch to fill). The thread alternates "add what waits" and one engine
 ``step()``; every step that finishes requests sends one report with them, so completion times are exact to
-the step. Reports tile the engine's busy time without overlap — each covers from the end of the previous one
-(or from when the engine went busy after being idle) to its own step's end — so engine utilisation has the
-same meaning as in batch mode: the share of the window in which the engine had work.
+the step. Reports tile the time in which the engine had work without overlap — each covers from the end of the
+previous one (or from when the engine went busy after being idle) to its own step's end — and carry the seconds
+spent inside ``step()`` in that span, which is all engine utilisation counts, as it counts only ``generate()``
+in batch mode; the rest of the span (adding requests, matching outputs, reporting) is dispatch overhead.
 """
 
 from __future__ import annotations
 
-import multiprocessing.connection
-import threading
 import time
 
 from batchmark.runner.backend.batcher import RequestQueue
+from batchmark.runner.backend.harness_usage import HarnessUsage
 from batchmark.runner.backend.messages import BatchReport
+from batchmark.runner.backend.reporter import Reporter
 from batchmark.runner.engines.base import Completion, ContinuousEngine, WorkItem
 
 
@@ -36,19 +37,23 @@ class AdmissionQueue(RequestQueue[WorkItem]):
 
 
 def dispatch_continuously(
-    conn: multiprocessing.connection.Connection,
     engine: ContinuousEngine,
     queue: AdmissionQueue,
-    send_lock: threading.Lock,
+    reporter: Reporter,
     max_in_flight: int,
+    usage: HarnessUsage | None = None,
 ) -> None:
     """The engine thread: add waiting requests while seats are free, step, report what finished."""
+    clock = engine.clock
     report_id = 0
     dispatched: dict[int, float] = {}  # request id -> when it entered the engine
     period_start: float | None = None  # start of the busy time the next report covers
+    engine_mark, steps_mark = clock.seconds, clock.steps()  # the engine's time and steps reported so far
 
     def send(completions: list[Completion], now: float, began: float, running: int) -> None:
-        nonlocal report_id
+        nonlocal report_id, engine_mark, steps_mark
+        engine_seconds, steps = clock.seconds - engine_mark, clock.steps() - steps_mark
+        engine_mark, steps_mark = clock.seconds, clock.steps()
         report = BatchReport(
             batch_id=report_id,
             full=engine.in_flight() + len(completions) >= max_in_flight,
@@ -59,9 +64,12 @@ def dispatch_continuously(
             queue_depth=len(queue),
             dispatched=[dispatched.pop(c.request_id, began) for c in completions],
             engine_batch=running,
+            engine_seconds=engine_seconds,
+            overhead_seconds=max(0.0, now - began - engine_seconds),
+            steps=steps,
+            harness_cpu=usage.cpu_seconds() if usage is not None else 0.0,
         )
-        with send_lock:
-            conn.send(report)
+        reporter.send(report)
         report_id += 1
 
     while True:

@@ -16,6 +16,7 @@ import multiprocessing.connection
 import multiprocessing.context
 import multiprocessing.resource_tracker
 import os
+import queue as queue_module
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from typing import cast
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.batcher import MicroBatcher, RequestQueue
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
+from batchmark.runner.backend.harness_usage import HarnessUsage
 from batchmark.runner.backend.messages import (
     BatchReport,
     Crashed,
@@ -35,17 +37,28 @@ from batchmark.runner.backend.messages import (
     FromWorker,
     LoadFailed,
     Ready,
+    Reconfigure,
+    Reconfigured,
     Stop,
     Submit,
     ToWorker,
 )
 from batchmark.runner.backend.process_group import kill_group, lead_own_group, wait_group_empty
+from batchmark.runner.backend.reporter import Reporter
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
-from batchmark.runner.engines.base import NO_TIMINGS, Completion, ContinuousEngine, EngineInfo, WorkItem
+from batchmark.runner.engines.base import (
+    NO_TIMINGS,
+    Completion,
+    ContinuousEngine,
+    Engine,
+    EngineInfo,
+    WorkItem,
+)
 from batchmark.runner.shutdown import StopFlag
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
+_PREPARE_CHUNK = 16  # requests whose prompts are built before they join the queue together
 # How often a wait on the worker looks up from the pipe to see whether it should give up.
 _CANCEL_POLL_SECONDS = 0.1
 # After Stop, by default: time for the worker to finish the engine call in progress, shut the engine down
@@ -59,6 +72,7 @@ GROUP_EXIT_SECONDS = 2.0
 class WorkerReady:
     info: EngineInfo
     load_seconds: float
+    pid: int | None = None
 
 
 class WorkerFailed(RuntimeError):
@@ -114,7 +128,7 @@ class EngineWorker:
             message = self._receive(timeout=0)
             if isinstance(message, Ready):
                 self._ready = True
-                return WorkerReady(info=message.info, load_seconds=message.load_seconds)
+                return WorkerReady(info=message.info, load_seconds=message.load_seconds, pid=self._process.pid)
             if isinstance(message, LoadFailed):
                 self._exit_status(timeout=10)
                 raise WorkerFailed(message.message)
@@ -142,6 +156,16 @@ class EngineWorker:
                 return reports
             if isinstance(message, BatchReport):
                 reports.append(message)
+
+    def reconfigure(self, batch_size: int, batch_timeout: float, dispatch: str) -> None:
+        """Change how the worker feeds its engine, keeping the engine; call with nothing in flight."""
+        self._send(Reconfigure(batch_size, batch_timeout, dispatch))
+        while not isinstance(self._receive(timeout=None), Reconfigured):
+            pass  # a report of a request from before the drain: nothing waits for it any more
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def close(self, grace: float = WORKER_EXIT_SECONDS, hurry: StopFlag | None = None) -> None:
         """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``), then kill whatever is
@@ -253,73 +277,147 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, b
         conn.send(LoadFailed(message))
         return
     conn.send(Ready(engine.info, backend.load_seconds or 0.0))
-    queue: RequestQueue[WorkItem]
-    if config.dispatch == "continuous":
-        queue = AdmissionQueue()
-    else:
-        queue = MicroBatcher(config.batch_size, config.batch_timeout)
-    send_lock = threading.Lock()
+    settings = Reconfigure(config.batch_size, config.batch_timeout, config.dispatch)
+    queue = _new_queue(settings)
+    switch = _QueueSwitch(queue)
+    reporter = Reporter(conn)
     receiver = threading.Thread(
-        target=_receive_requests, args=(conn, queue, send_lock), name="batchmark-receiver", daemon=True
+        target=_receive_requests, args=(conn, switch, reporter, engine), name="batchmark-receiver", daemon=True
     )
     receiver.start()
     try:
-        # vLLM's LLM is not thread-safe: this thread alone calls the engine, in either mode.
-        if isinstance(queue, AdmissionQueue):
-            dispatch_continuously(conn, cast(ContinuousEngine, engine), queue, send_lock, config.batch_size)
-        else:
-            _dispatch_batches(conn, backend, queue, send_lock)
+        usage = HarnessUsage(engine.clock, [receiver, reporter.thread])
+        # vLLM's LLM is not thread-safe: this thread alone calls the engine, in either mode. Each pass of the
+        # loop feeds the engine by one set of settings until the receiver closes the queue: for a sweep's next
+        # point (a new queue follows) or for good.
+        while True:
+            if isinstance(queue, AdmissionQueue):
+                dispatch_continuously(cast(ContinuousEngine, engine), queue, reporter, settings.batch_size, usage)
+            else:
+                _dispatch_batches(engine, cast(MicroBatcher[WorkItem], queue), reporter, usage)
+            requested = switch.next_settings()
+            if requested is None:
+                return
+            if requested.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
+                raise RuntimeError(
+                    f"dispatch=continuous: the {config.engine} engine cannot take requests while running"
+                )
+            settings = requested
+            queue = _new_queue(settings)
+            switch.install(queue)
+            # After the previous point's reports: both go through the reporter, in order.
+            reporter.send(Reconfigured())
     except (BrokenPipeError, ConnectionResetError, EOFError):
         raise
     except Exception:
         # Printed here for the log, and sent whole to the main process, which keeps its last line as the reason.
         traceback.print_exc()
-        with send_lock:
-            conn.send(Crashed(traceback.format_exc()))
+        reporter.send(Crashed(traceback.format_exc()))
+    finally:
+        reporter.close()
+
+
+def _new_queue(settings: Reconfigure) -> RequestQueue[WorkItem]:
+    if settings.dispatch == "continuous":
+        return AdmissionQueue()
+    return MicroBatcher(settings.batch_size, settings.batch_timeout)
+
+
+class _QueueSwitch:
+    """The queue both threads use, replaced between a sweep's points: the receiver asks for new settings and
+    closes the queue; the engine thread, once its dispatcher returns, installs the next queue."""
+
+    def __init__(self, first: RequestQueue[WorkItem]) -> None:
+        self.current = first
+        self._requested: queue_module.SimpleQueue[Reconfigure] = queue_module.SimpleQueue()
+        self._installed: queue_module.SimpleQueue[RequestQueue[WorkItem]] = queue_module.SimpleQueue()
+
+    def request(self, settings: Reconfigure) -> None:
+        """Receiver thread: hand over the settings, stop the current dispatcher, wait for the new queue."""
+        self._requested.put(settings)
+        self.current.close()
+        self.current = self._installed.get()
+
+    def next_settings(self) -> Reconfigure | None:
+        """Engine thread, its dispatcher returned: the settings asked for, or None when the worker stops."""
+        try:
+            return self._requested.get_nowait()
+        except queue_module.Empty:
+            return None
+
+    def install(self, queue: RequestQueue[WorkItem]) -> None:
+        self._installed.put(queue)
 
 
 def _receive_requests(
-    conn: multiprocessing.connection.Connection, batcher: RequestQueue[WorkItem], send_lock: threading.Lock
+    conn: multiprocessing.connection.Connection, switch: _QueueSwitch, reporter: Reporter, engine: Engine
 ) -> None:
     while True:
         try:
             message: ToWorker = conn.recv()
         except (EOFError, OSError):
-            batcher.close()
+            switch.current.close()
             return
         if isinstance(message, Submit):
             now = time.monotonic()
-            batcher.put(WorkItem(spec, enqueued_at, now) for spec, enqueued_at in message.requests)
+            # Prompts are built here, as requests arrive, so the engine thread goes from one engine call to the
+            # next without building any. They join the queue a few at a time: the first batch of a burst need not
+            # wait for the whole burst's prompts.
+            requests = message.requests
+            for first in range(0, len(requests), _PREPARE_CHUNK):
+                chunk = requests[first : first + _PREPARE_CHUNK]
+                switch.current.put([engine.prepare(WorkItem(spec, enqueued_at, now)) for spec, enqueued_at in chunk])
         elif isinstance(message, Drain):
-            batcher.drain()
-            try:
-                with send_lock:
-                    conn.send(Drained())
-            except OSError:  # the main process is gone
-                batcher.close()
-                return
+            switch.current.drain()
+            # After the drained batch's report: both go through the reporter, in order. If the main process is
+            # gone, the reporter stops and the next receive here sees the pipe closed.
+            reporter.send(Drained())
+        elif isinstance(message, Reconfigure):
+            switch.request(message)
         elif isinstance(message, Stop):
-            batcher.close()
+            switch.current.close()
             return
 
 
 def _dispatch_batches(
-    conn: multiprocessing.connection.Connection,
-    backend: VllmPythonBatchBackend,
+    engine: Engine,
     batcher: MicroBatcher[WorkItem],
-    send_lock: threading.Lock,
+    reporter: Reporter,
+    usage: HarnessUsage,
 ) -> None:
+    """Between two engine calls this thread takes the next batch and matches the last one's outputs to its
+    requests; prompts were built as requests arrived, and the report is pickled and sent by the reporter.
+
+    Matching stays here because measurement said so (benchmarks/README.md): handed to another thread, it
+    competes for the GIL at the very moment the next generate() starts, and the engine waited longer."""
+    clock = engine.clock
     batch_id = 0
+    carried = 0.0  # harness time spent after the previous report was handed over: counted in the next
     while (batch := batcher.next_batch()) is not None:
         started = time.monotonic()
+        engine_before, steps_before = clock.seconds, clock.steps()
         try:
-            completions = backend.run_batch(batch.items)
+            completions = engine.run_batch(batch.items)
         except Exception as error:  # the engine itself broke: every request of the batch failed
             message = f"engine error: {type(error).__name__}: {error}"
             completions = [Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS) for item in batch.items]
         finished = time.monotonic()
-        report = BatchReport(batch_id, batch.full, batch.closed_at, started, finished, completions, len(batcher))
-        with send_lock:
-            conn.send(report)
+        engine_seconds = clock.seconds - engine_before
+        reporter.send(
+            BatchReport(
+                batch_id,
+                batch.full,
+                batch.closed_at,
+                started,
+                finished,
+                completions,
+                len(batcher),
+                engine_seconds=engine_seconds,
+                overhead_seconds=max(0.0, finished - started - engine_seconds) + carried,
+                steps=clock.steps() - steps_before,
+                harness_cpu=usage.cpu_seconds(),
+            )
+        )
         batcher.task_done()
+        carried = time.monotonic() - finished
         batch_id += 1

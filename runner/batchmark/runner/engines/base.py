@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -14,12 +15,55 @@ from batchmark.runner.data import RequestSpec
 NAN = math.nan
 
 
+class Prepared(NamedTuple):
+    """A request in the engine's own terms, built when the request reaches the worker (off the critical path
+    between two engine calls)."""
+
+    prompt: Any
+    key: Hashable  # identifies the request's output among a generate() call's outputs
+    params: Any  # the engine's sampling parameters
+
+
 class WorkItem(NamedTuple):
     """A request inside the worker process; times are ``time.monotonic()`` readings."""
 
     spec: RequestSpec
     enqueued_at: float
     arrived_at: float
+    prepared: Prepared | None = None  # None: not built yet (the engine builds it when it runs the request)
+    failure: str | None = None  # building it failed: the request fails alone, without reaching the engine
+
+
+class EngineClock:
+    """Time inside the engine's own calls (``generate()``, ``step()``), as the thread making them sees it.
+
+    Everything else the dispatching thread does (taking a batch, matching outputs, reporting) is the harness's
+    time, during which the engine does nothing; engine utilisation counts only what is measured here.
+    ``cpu_seconds`` is the calling thread's CPU inside the calls: the engine's, never the harness's.
+    """
+
+    def __init__(self, steps: Callable[[], int] | None = None) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        self.cpu_seconds = 0.0
+        self.last_started = 0.0
+        self._steps = steps
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        started = time.monotonic()
+        cpu = time.thread_time()
+        self.last_started = started
+        try:
+            yield
+        finally:
+            self.cpu_seconds += time.thread_time() - cpu
+            self.seconds += time.monotonic() - started
+            self.calls += 1
+
+    def steps(self) -> int:
+        """Engine steps run so far (0 where the engine does not say)."""
+        return self._steps() if self._steps is not None else 0
 
 
 class EngineTimings(NamedTuple):
@@ -60,6 +104,11 @@ class Engine(Protocol):
     """A loaded engine that turns micro-batches of requests into completions, one batch at a time."""
 
     info: EngineInfo
+    clock: EngineClock
+
+    def prepare(self, item: WorkItem) -> WorkItem:
+        """Build the request's prompt and parameters now (any thread); a failure is recorded, never raised."""
+        ...
 
     def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
         """Run the batch; a request that fails fails alone, the rest complete."""
@@ -75,6 +124,11 @@ class ContinuousEngine(Protocol):
     """An engine whose scheduler takes requests while it runs (continuous dispatch); one thread drives it."""
 
     info: EngineInfo
+    clock: EngineClock
+
+    def prepare(self, item: WorkItem) -> WorkItem:
+        """Build the request's prompt and parameters now (any thread); a failure is recorded, never raised."""
+        ...
 
     def add(self, item: WorkItem) -> Completion | None:
         """Hand one request to the engine; a request the engine rejects comes back at once as failed."""
@@ -123,8 +177,10 @@ class GenerateEngine:
 
     Where the object also has vLLM's ``llm_engine`` (``add_request``, ``step``), it serves continuous dispatch
     too: requests go in under our own ids (``str(request_id)``) and come back matched by them. vLLM's ``LLM``
-    is not thread-safe, so the caller keeps every call on one thread. ``shutdown`` ends the engine (and the
-    processes it started); ``close`` calls it once.
+    is not thread-safe, so the caller keeps every engine call on one thread; ``prepare`` touches only the
+    prompt builder and may run on another. ``engine_input`` turns a prompt into the typed form ``add_request``
+    takes (vLLM 0.32 deprecates raw prompts there); None passes prompts as built. ``shutdown`` ends the engine
+    (and the processes it started); ``close`` calls it once.
     """
 
     def __init__(
@@ -133,12 +189,16 @@ class GenerateEngine:
         prompts: PromptBuilder,
         sampling_params: Callable[[RequestSpec], Any],
         info: EngineInfo,
+        steps: Callable[[], int] | None = None,
+        engine_input: Callable[[Any], Any] | None = None,
         shutdown: Callable[[], None] | None = None,
     ) -> None:
         self.llm = llm
         self.prompts = prompts
         self.sampling_params = sampling_params
         self.info = info
+        self.clock = EngineClock(steps)
+        self.engine_input = engine_input
         self._shutdown = shutdown
         self._pending: dict[str, WorkItem] = {}
 
@@ -147,26 +207,39 @@ class GenerateEngine:
         if shutdown is not None:
             shutdown()
 
+    def prepare(self, item: WorkItem) -> WorkItem:
+        if item.prepared is not None or item.failure is not None:
+            return item
+        try:
+            prompt, key = self.prompts.build(item.spec)
+            params = self.sampling_params(item.spec)
+        except Exception as error:  # a request that cannot be built fails alone
+            return item._replace(failure=f"prompt: {error}")
+        return item._replace(prepared=Prepared(prompt, key, params))
+
     # --- continuous dispatch: vLLM's LLMEngine step API ---
 
     def add(self, item: WorkItem) -> Completion | None:
-        try:
-            prompt, _ = self.prompts.build(item.spec)
-        except Exception as error:  # a request that cannot be built fails alone
-            return _failed(item, f"prompt: {error}")
+        item = self.prepare(item)
+        if item.prepared is None:
+            return _failed(item, item.failure or "prompt: not built")
         request_id = str(item.spec.request_id)
         try:
             # vLLM validates each request here (e.g. a prompt longer than max_model_len), so a bad one fails
             # alone and never enters the scheduler.
-            self.llm.llm_engine.add_request(request_id, prompt, self.sampling_params(item.spec))
+            prompt = item.prepared.prompt
+            typed = self.engine_input(prompt) if self.engine_input is not None else prompt
+            self.llm.llm_engine.add_request(request_id, typed, item.prepared.params)
         except Exception as error:
             return _failed(item, f"{type(error).__name__}: {error}")
         self._pending[request_id] = item
         return None
 
     def step(self) -> list[Completion]:
+        with self.clock.call():
+            outputs = self.llm.llm_engine.step()
         completions = []
-        for output in self.llm.llm_engine.step():
+        for output in outputs:
             if not output.finished:
                 continue
             item = self._pending.pop(str(output.request_id), None)
@@ -190,41 +263,72 @@ class GenerateEngine:
         return failed
 
     def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
-        prepared: list[tuple[WorkItem, Any, Hashable]] = []
-        completions: list[Completion] = []
-        for item in items:
-            try:
-                prompt, key = self.prompts.build(item.spec)
-            except Exception as error:  # a request that cannot be built fails alone
-                completions.append(_failed(item, f"prompt: {error}"))
-                continue
-            prepared.append((item, prompt, key))
-        completions.extend(self._generate_isolated(prepared))
-        return completions
+        return self.generate_batch(items)()
 
-    def _generate_isolated(self, prepared: list[tuple[WorkItem, Any, Hashable]]) -> list[Completion]:
+    def generate_batch(self, items: Sequence[WorkItem]) -> Callable[[], list[Completion]]:
+        """Run the batch through the engine now; the function returned turns its outputs into completions
+        (``run_batch`` is the two at once)."""
+        prepared: list[tuple[WorkItem, Prepared]] = []
+        failed: list[Completion] = []
+        for ready in map(self.prepare, items):
+            if ready.prepared is None:
+                failed.append(_failed(ready, ready.failure or "prompt: not built"))
+                continue
+            prepared.append((ready, ready.prepared))
+        results: list[tuple[list[tuple[WorkItem, Prepared]], Sequence[Any]] | Completion] = []
+        self._generate_isolated(prepared, results)
+
+        def convert() -> list[Completion]:
+            completions = list(failed)
+            for result in results:
+                if isinstance(result, Completion):
+                    completions.append(result)
+                else:
+                    completions.extend(self._match(*result))
+            return completions
+
+        return convert
+
+    def _generate_isolated(
+        self,
+        prepared: list[tuple[WorkItem, Prepared]],
+        results: list[tuple[list[tuple[WorkItem, Prepared]], Sequence[Any]] | Completion],
+    ) -> None:
+        """Appends (requests, their outputs) per successful generate() call, or a failed request's completion."""
         if not prepared:
-            return []
+            return
+        prompts = [request.prompt for _, request in prepared]
+        params = [request.params for _, request in prepared]
         try:
-            outputs = self.llm.generate(
-                [prompt for _, prompt, _ in prepared],
-                [self.sampling_params(item.spec) for item, _, _ in prepared],
-                use_tqdm=False,
-            )
+            with self.clock.call():
+                outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as error:
             if len(prepared) == 1:
-                return [_failed(prepared[0][0], f"{type(error).__name__}: {error}")]
+                results.append(_failed(prepared[0][0], f"{type(error).__name__}: {error}"))
+                return
             middle = len(prepared) // 2
-            return self._generate_isolated(prepared[:middle]) + self._generate_isolated(prepared[middle:])
-        return self._match(prepared, outputs)
+            self._generate_isolated(prepared[:middle], results)
+            self._generate_isolated(prepared[middle:], results)
+            return
+        results.append((prepared, outputs))
 
-    def _match(self, prepared: list[tuple[WorkItem, Any, Hashable]], outputs: Sequence[Any]) -> list[Completion]:
+    def _match(self, prepared: list[tuple[WorkItem, Prepared]], outputs: Sequence[Any]) -> list[Completion]:
+        output_key = self.prompts.output_key
+        # vLLM returns the outputs in the order of the prompts; checked output by output (a comparison, no
+        # hashing), and matched by key only where the order does not hold.
+        if len(outputs) == len(prepared) and all(
+            output_key(output) == request.key for output, (_, request) in zip(outputs, prepared, strict=True)
+        ):
+            return [
+                completion_from_output(item.spec.request_id, output)
+                for output, (item, _) in zip(outputs, prepared, strict=True)
+            ]
         by_key: defaultdict[Hashable, list[Any]] = defaultdict(list)
         for output in outputs:
-            by_key[self.prompts.output_key(output)].append(output)
+            by_key[output_key(output)].append(output)
         completions = []
-        for item, _, key in prepared:
-            matches = by_key.get(key)
+        for item, request in prepared:
+            matches = by_key.get(request.key)
             if not matches:
                 completions.append(_failed(item, "the engine returned no output for this request"))
                 continue

@@ -117,7 +117,7 @@ def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
             "time_scale": simulation.time_scale,
         },
     )
-    return GenerateEngine(llm, prompts, _pinned_length, info)
+    return GenerateEngine(llm, prompts, _pinned_length, info, steps=lambda: llm.steps)
 
 
 def _tokens(engine_args: dict[str, Any], name: str, default: int) -> int:

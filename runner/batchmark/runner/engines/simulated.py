@@ -162,6 +162,7 @@ class SimulatedLLM:
     vocab_size: int = DEFAULT_VOCAB_SIZE
     engine_args: dict[str, Any] = field(default_factory=dict)
     _request_counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
+    steps: int = field(default=0, init=False)  # engine steps run so far, through generate() and llm_engine alike
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.max_model_len < 1:
@@ -259,6 +260,7 @@ class SimulatedLLM:
         # Attention reads every token already in the sequence's KV cache plus the ones this step adds.
         context = sum(seq.computed + seq.generated + chunk for seq, chunk in scheduled)
         clock.advance(self.cost.step(batched, context))
+        self.steps += 1
         for seq, chunk in scheduled:
             if seq.computed < seq.prompt_len:
                 seq.computed += chunk
@@ -282,6 +284,7 @@ class SimulatedLLM:
             steps * (self.cost.step_fixed + count * self.cost.per_batched_token)
             + context_total * self.cost.per_context_token
         )
+        self.steps += steps
         for seq in running:
             seq.generated += steps
             if seq.generated >= seq.max_tokens:

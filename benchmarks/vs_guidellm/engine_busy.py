@@ -1,0 +1,325 @@
+"""How busy each tool keeps vLLM, measured from outside and alike for both (a benchmark, not a test).
+
+batchmark (batch and continuous dispatch) and GuideLLM 0.8.1 (``vllm_python_batch``) drive the same engine with
+the same workload, one run at a time, in alternating rounds. Every process of every run carries the probe
+(probe/sitecustomize.py: a wrapper around vLLM's ``LLM.generate``, ``LLMEngine.step`` and ``EngineCore.step``),
+and probe/analyse.py turns its records into the same figures for every tool:
+
+* busy: share of the window (first engine call to last) spent inside ``generate()``/``step()``;
+* core busy: share of the window in which vLLM's engine core ran a model step (where it runs in a process of
+  its own, it can step while the caller is elsewhere);
+* steps per 1,000 requests: engine-core steps that ran the model, per 1,000 requests (machine-independent);
+* harness CPU per request: CPU seconds of the tool's own processes within the window, vLLM's share removed;
+* wall-clock throughput: output tokens per second of the window.
+
+batchmark's own figures (engine_utilization, dispatch_overhead, engine_steps, harness_cpu_per_request) are
+recorded beside the probe's. vLLM runs in its default multiprocessing mode (engine core in its own process,
+as users run it) and in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); ``--modes`` picks. Real-engine rounds
+take the machine-wide vLLM lock one round at a time; the processes a run leaves behind (vLLM's engine core in
+the default mode, before issue 14's fix) are ended by their pids, which the probe recorded.
+
+    .venv-vllm/bin/python benchmarks/vs_guidellm/engine_busy.py --engines vllm,simulated --rounds 3
+
+Results: benchmarks/vs_guidellm/results/engine_busy-<engine>-<mode>.json, and a Markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # run as a script from anywhere: the repository's root first
+
+from benchmarks.vs_guidellm.probe.analyse import analyse, pids  # noqa: E402
+from benchmarks.vs_guidellm.run import OUTPUT_TOKENS, PROMPT_TOKENS, ensure_model  # noqa: E402
+from benchmarks.vs_guidellm.run import vllm_config as reference_config  # noqa: E402
+
+PYTHON = Path(sys.executable)
+
+
+def vllm_config(engine: str) -> dict[str, Any]:
+    """The side-by-side benchmark's engine settings, without torch.compile on the real engine: its warm-up
+    compiles C++ for minutes on a busy 2-core machine, and both tools run the same eager engine anyway."""
+    config = reference_config(engine)
+    return {**config, "enforce_eager": True} if engine == "vllm" else config
+LOCK = Path("/tmp/batchmark-vllm.lock")
+TOOLS = ("guidellm", "batchmark_batch", "batchmark_continuous")
+
+
+def environment(engine: str, mode: str, probe_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE="2",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        BATCHMARK_PROBE_DIR=str(probe_dir),
+    )
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    if mode == "inprocess":
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    paths = [str(HERE / "probe")]
+    if engine == "simulated":
+        paths.append(str(HERE / "simulated_vllm"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, env.get("PYTHONPATH")]))
+    return env
+
+
+@contextlib.contextmanager
+def vllm_lock(engine: str) -> Iterator[None]:
+    """The machine-wide lock for the real engine (two engines at once fight over core 0)."""
+    if engine != "vllm":
+        yield
+        return
+    with LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def end_leftovers(probe_dir: Path) -> int:
+    """End the processes this run started that are still there (by pid, checked to be this run's)."""
+    ended = 0
+    marker = f"BATCHMARK_PROBE_DIR={probe_dir}".encode()
+    for pid in pids(probe_dir):
+        try:
+            if marker not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                continue
+            os.kill(pid, signal.SIGKILL)
+            ended += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return ended
+
+
+def execute(command: list[str], env: dict[str, str], log: Path) -> float:
+    started = time.monotonic()
+    with log.open("w") as output:
+        completed = subprocess.run(
+            command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=1800, check=False
+        )
+    if completed.returncode != 0:
+        raise RuntimeError(f"{command[:4]} failed ({completed.returncode}):\n{log.read_text()[-3000:]}")
+    return time.monotonic() - started
+
+
+def guidellm_command(model: Path, engine: str, batch_size: int, requests: int, out: Path) -> list[str]:
+    backend = {
+        "kind": "vllm_python_batch",
+        "model": str(model),
+        "batch_size": batch_size,
+        "request_format": "plain",
+        "vllm_config": vllm_config(engine),
+    }
+    return [
+        str(PYTHON.parent / "guidellm"),
+        "run",
+        "--backend",
+        json.dumps(backend),
+        "--data",
+        f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={OUTPUT_TOKENS}",
+        "--profile",
+        f"kind=throughput,max_concurrency={4 * batch_size}",
+        "--constraint",
+        f"kind=max_requests,count={requests}",
+        "--output",
+        f"kind=json,path={out}",
+        "--disable-console-interactive",
+    ]
+
+
+def batchmark_command(
+    model: Path, engine: str, batch_size: int, requests: int, dispatch: str, out: Path, workdir: Path
+) -> list[str]:
+    config = {
+        "name": f"engine-busy-{dispatch}-{batch_size}",
+        "backend": {
+            "kind": "vllm_python_batch",
+            "model": str(model),
+            "engine": "vllm",  # the real engine, or the simulated stand-in under vLLM's name
+            "batch_size": batch_size,
+            "dispatch": dispatch,
+            "request_format": "plain",
+            "vllm_config": vllm_config(engine),
+        },
+        "data": {"kind": "synthetic_text", "prompt_tokens": PROMPT_TOKENS, "output_tokens": OUTPUT_TOKENS},
+        "profile": {"kind": "throughput", "max_concurrency": 4 * batch_size},
+        "constraints": [{"kind": "max_requests", "count": requests}],
+        "outputs": [str(out)],
+    }
+    path = workdir / f"{out.stem}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return [str(PYTHON), "-m", "batchmark.runner.cli", "run", "--config", str(path), "--quiet"]
+
+
+def measure(
+    tool: str, engine: str, mode: str, model: Path, batch_size: int, requests: int, workdir: Path
+) -> dict[str, Any]:
+    probe_dir = Path(tempfile.mkdtemp(prefix=f"probe-{tool}-", dir=workdir))
+    out = workdir / f"{tool}-{engine}-{mode}-{batch_size}.json"
+    env = environment(engine, mode, probe_dir)
+    if tool == "guidellm":
+        command = guidellm_command(model, engine, batch_size, requests, out)
+    else:
+        dispatch = tool.removeprefix("batchmark_")
+        command = batchmark_command(model, engine, batch_size, requests, dispatch, out, workdir)
+    try:
+        wall = execute(command, env, out.with_suffix(".log"))
+    finally:
+        time.sleep(1.5)  # the probe's last writes
+        leftovers = end_leftovers(probe_dir)
+    figures = analyse(probe_dir)
+    window = figures["window_seconds"]
+    row: dict[str, Any] = {
+        "busy": figures["busy_fraction"],
+        "core_busy": figures["core_busy_fraction"],
+        "steps_per_1000_requests": 1000 * figures["steps"] / requests,
+        "harness_cpu_per_request": figures["harness_cpu_seconds"] / requests,
+        "output_tokens_per_second": requests * OUTPUT_TOKENS / window,
+        "window_seconds": window,
+        "wall_seconds": wall,
+        "processes_left_behind": leftovers,
+    }
+    if tool != "guidellm":
+        [result] = json.loads(out.read_text())["benchmarks"]
+        overhead = result["distributions"]["dispatch_overhead"]
+        row["own"] = {
+            "engine_utilization": result["engine_utilization"],
+            "dispatch_overhead_mean": overhead["mean"],
+            "dispatch_overhead_p99": overhead["p99"],
+            "engine_steps_per_1000_requests": result["engine_steps_per_1000_requests"],
+            "harness_cpu_per_request": result["harness_cpu_per_request"],
+            "output_tokens_per_second": result["throughput"]["output_tokens_per_second"],
+        }
+    return row
+
+
+FIGURES = ("busy", "core_busy", "steps_per_1000_requests", "harness_cpu_per_request", "output_tokens_per_second")
+OWN = ("engine_utilization", "dispatch_overhead_mean", "engine_steps_per_1000_requests", "harness_cpu_per_request")
+
+
+def spread(values: list[float]) -> dict[str, float] | None:
+    values = [value for value in values if value is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarise(entry: dict[str, Any], tools: list[str]) -> None:
+    summary: dict[str, Any] = {}
+    for tool in tools:
+        rows = [r[tool] for r in entry["rounds"] if tool in r]
+        summary[tool] = {key: spread([row[key] for row in rows]) for key in FIGURES}
+        if rows and "own" in rows[0]:
+            summary[tool]["own"] = {key: spread([row["own"][key] for row in rows]) for key in OWN}
+            summary[tool]["own_minus_probe_busy"] = spread(
+                [row["own"]["engine_utilization"] - row["busy"] for row in rows]
+            )
+    entry["summary"] = summary
+
+
+def cell(value: dict[str, float] | None, fmt: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value['median']:{fmt}} [{value['min']:{fmt}}–{value['max']:{fmt}}]"
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [
+        f"#### {results['engine']} engine, vLLM {results['mode']} (median [min–max] of {results['rounds']} rounds)",
+        "",
+        "| B | tool | busy (probe) | core busy (probe) | steps / 1k req | harness CPU ms / req | out tok/s "
+        "| own util | own − probe | overhead ms / batch |",
+        "|---:|---|---|---|---|---|---|---|---|---|",
+    ]
+    for batch_size, entry in results["by_batch_size"].items():
+        for tool, figures in entry.get("summary", {}).items():
+            if figures["busy"] is None:
+                continue
+            own = figures.get("own")
+            cpu = figures["harness_cpu_per_request"]
+            cpu_ms = {key: value * 1000 for key, value in cpu.items()} if cpu else None
+            overhead = own["dispatch_overhead_mean"] if own else None
+            overhead_ms = {key: value * 1000 for key, value in overhead.items()} if overhead else None
+            lines.append(
+                f"| {batch_size} | {tool.replace('_', ' ')} | {cell(figures['busy'], '.4f')} | "
+                f"{cell(figures['core_busy'], '.4f')} | {cell(figures['steps_per_1000_requests'], ',.0f')} | "
+                f"{cell(cpu_ms, '.3f')} | {cell(figures['output_tokens_per_second'], ',.0f')} | "
+                f"{cell(own['engine_utilization'], '.4f') if own else 'n/a'} | "
+                f"{cell(figures.get('own_minus_probe_busy'), '+.4f') if own else 'n/a'} | "
+                f"{cell(overhead_ms, '.2f')} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engines", default="vllm,simulated")
+    parser.add_argument("--modes", default="default,inprocess", help="vLLM multiprocessing: default, inprocess")
+    parser.add_argument("--batch-sizes", default="8,32,128")
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests-per-concurrency", type=float, default=2.0)
+    parser.add_argument("--output-suffix", default="")
+    args = parser.parse_args()
+    model = ensure_model()
+    tools = args.tools.split(",")
+    (HERE / "results").mkdir(exist_ok=True)
+    for engine in args.engines.split(","):
+        # The simulated stand-in has no engine-core process: one mode.
+        modes = args.modes.split(",") if engine == "vllm" else ["inprocess"]
+        for mode in modes:
+            results: dict[str, Any] = {
+                "engine": engine,
+                "mode": mode,
+                "rounds": args.rounds,
+                "machine": f"{os.cpu_count()} CPUs",
+                "prompt_tokens": PROMPT_TOKENS,
+                "output_tokens": OUTPUT_TOKENS,
+                "by_batch_size": {},
+            }
+            path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
+            with tempfile.TemporaryDirectory(prefix=f"engine-busy-{engine}-{mode}-") as temporary:
+                workdir = Path(temporary)
+                batch_sizes = [int(value) for value in args.batch_sizes.split(",")]
+                for batch_size in batch_sizes:
+                    count = max(256, int(args.requests_per_concurrency * 4 * batch_size))
+                    results["by_batch_size"][str(batch_size)] = {"requests": count, "rounds": []}
+                for round_index in range(args.rounds):
+                    for batch_size in batch_sizes:
+                        entry = results["by_batch_size"][str(batch_size)]
+                        order = tools[round_index % len(tools) :] + tools[: round_index % len(tools)]
+                        measured: dict[str, Any] = {}
+                        with vllm_lock(engine):
+                            load = os.getloadavg()[0]
+                            for tool in order:
+                                measured[tool] = measure(
+                                    tool, engine, mode, model, batch_size, entry["requests"], workdir
+                                )
+                        measured["load_average"] = load
+                        entry["rounds"].append(measured)
+                        summarise(entry, tools)
+                        path.write_text(json.dumps(results, indent=2))
+                        print(f"{engine} {mode} B={batch_size} round {round_index + 1} done", file=sys.stderr)
+            print(table(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Figures from one tool run's probe records (see sitecustomize.py): the same arithmetic for every tool.
+
+* window: from the start of the first engine call (``LLM.generate`` or ``LLMEngine.step``) to the end of the
+  last, in the process that calls vLLM's API;
+* busy_fraction: the share of the window inside those calls (their union);
+* core_busy_fraction: the share of the window in which vLLM's engine core was running a model step, wherever
+  it runs (the truth in vLLM's default multiprocessing mode, where the core steps on while the caller is busy
+  elsewhere);
+* steps: engine-core steps that ran the model (the simulated stand-in: its ``step()`` calls);
+* harness_cpu_seconds: CPU seconds within the window of every process of the tool, less vLLM's share (its
+  calls, its own threads, its engine-core process and that process's children) and less the probe's own.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _union(intervals: list[tuple[float, float]], low: float, high: float) -> float:
+    total = 0.0
+    reach = low
+    for start, end in sorted(intervals):
+        begin, finish = max(start, reach), min(end, high)
+        if finish > begin:
+            total += finish - begin
+            reach = finish
+    return total
+
+
+def _at(samples: list[list[float]], when: float) -> list[float]:
+    """The sample's values linearly interpolated at ``when`` (clamped to the first and last sample)."""
+    times = [sample[0] for sample in samples]
+    index = bisect.bisect_left(times, when)
+    if index == 0:
+        return samples[0][1:]
+    if index >= len(samples):
+        return samples[-1][1:]
+    before, after = samples[index - 1], samples[index]
+    share = (when - before[0]) / (after[0] - before[0]) if after[0] > before[0] else 0.0
+    return [low + share * (high - low) for low, high in zip(before[1:], after[1:], strict=True)]
+
+
+def load(directory: Path) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return records
+
+
+def pids(directory: Path) -> set[int]:
+    """Every process a run started (a Python one): for cleaning up what it leaves behind."""
+    return {int(path.stem) for path in directory.glob("*.json")}
+
+
+def analyse(directory: Path) -> dict[str, Any]:
+    records = load(directory)
+    callers = [record for record in records if record["calls"]]
+    if not callers:
+        raise RuntimeError(f"no process in {directory} called vLLM")
+    calls = [tuple(call) for record in callers for call in record["calls"]]
+    low = min(start for start, _ in calls)
+    high = max(end for _, end in calls)
+    window = high - low
+    core_calls = [tuple(call) for record in records for call in record["core_calls"]]
+    core_steps = sum(record["core_steps"] for record in records)
+    frontend_steps = sum(record["frontend_steps"] for record in records)
+    # Engine processes: an engine core of its own (it steps but nobody calls the API in it), and its children.
+    by_pid = {record["pid"]: record for record in records}
+    engine = {record["pid"] for record in records if record["core_steps"] and not record["calls"]}
+    changed = True
+    while changed:
+        changed = False
+        for record in records:
+            if record["pid"] not in engine and record["ppid"] in engine:
+                engine.add(record["pid"])
+                changed = True
+    harness = 0.0
+    for pid, record in by_pid.items():
+        if pid in engine or not record["cpu"]:
+            continue
+        start, end = _at(record["cpu"], low), _at(record["cpu"], high)
+        cpu, engine_cpu, probe = (b - a for a, b in zip(start, end, strict=True))
+        harness += max(0.0, cpu - engine_cpu - probe)
+    return {
+        "window_seconds": window,
+        "busy_fraction": _union(calls, low, high) / window if window > 0 else None,
+        "core_busy_fraction": _union(core_calls, low, high) / window if window > 0 and core_calls else None,
+        "steps": core_steps or frontend_steps,
+        "frontend_steps": frontend_steps,
+        "harness_cpu_seconds": harness,
+        "processes": len(records),
+        "engine_processes": len(engine),
+    }

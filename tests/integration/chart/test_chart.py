@@ -1,0 +1,324 @@
+"""charts/batchmark with the real helm: lint, the rendered manifests against Kubernetes' schemas, what each
+values file makes, bad values refused by the schema, and checkov over the result."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from batchmark.operator.api import OperatorDefaults
+from batchmark.operator.rbac import OPERATOR_RULES
+from dashboards.build import CHART_DASHBOARDS
+from tests.integration.chart.helm import CHART, NAMESPACE, ROOT, VALUES, find, helm, render
+
+pytestmark = pytest.mark.integration
+
+KUBERNETES = "1.37.0"
+VALUES_FILES = sorted(VALUES.glob("*.yaml"))
+CASES = [pytest.param([], id="defaults"), *(pytest.param([path], id=path.stem) for path in VALUES_FILES)]
+MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+@pytest.mark.parametrize("values", CASES)
+def test_helm_lint_strict_is_clean(values: list[Path]) -> None:
+    arguments = ["lint", "--strict", str(CHART)]
+    for path in values:
+        arguments += ["--values", str(path)]
+    result = helm(*arguments)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout
+    assert "[ERROR]" not in result.stdout
+
+
+@pytest.mark.parametrize("values", CASES)
+def test_the_rendered_manifests_are_valid_kubernetes_objects(values: list[Path]) -> None:
+    documents = render(values, monitoring=True)
+    validated = 0
+    for document in documents:
+        if document["kind"] in MONITORING_KINDS:
+            continue  # the Prometheus Operator's CRDs are not Kubernetes' schemas; promtool checks the rules
+        kubernetes_validate.validate(document, KUBERNETES, strict=True)
+        validated += 1
+    assert validated >= 10
+
+
+def test_the_operator_deployment_is_restricted_and_recreated() -> None:
+    (deployment,) = find(render(), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert container["command"][:2] == ["batchmark", "operator"]
+    assert "--defaults=/etc/batchmark/defaults.yaml" in container["command"]
+    assert not any(argument.startswith("--namespace") for argument in container["command"])
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["runAsNonRoot"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert set(container["resources"]) == {"requests", "limits"}
+    labels = spec["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "batchmark"
+    assert labels["app.kubernetes.io/component"] == "operator"
+
+
+def test_cluster_wide_rbac_by_default_and_roles_per_namespace_when_listed() -> None:
+    documents = render()
+    (cluster_role,) = find(documents, "ClusterRole", "-operator")
+    resources = {resource for rule in cluster_role["rules"] for resource in rule["resources"]}
+    assert {"batchbenchmarks", "jobs", "pods", "customresourcedefinitions", "namespaces"} <= resources
+    assert not find(documents, "Role")
+    assert "secrets" not in resources
+
+    namespaced = render([VALUES / "namespaced.yaml"])
+    (cluster_role,) = find(namespaced, "ClusterRole", "-operator")
+    assert [rule["resources"] for rule in cluster_role["rules"]] == [
+        ["customresourcedefinitions"],
+        ["workloadpriorityclasses"],
+    ]
+    roles = find(namespaced, "Role")
+    assert sorted(role["metadata"]["namespace"] for role in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in find(namespaced, "RoleBinding")) == ["team-a", "team-b"]
+    (deployment,) = find(namespaced, "Deployment")
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--namespace=team-a" in command
+    assert "--namespace=team-b" in command
+    assert not find(namespaced, "ClusterRole", "-view")
+
+
+def test_the_operators_rbac_is_exactly_what_the_operator_declares() -> None:
+    def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        """(apiGroup, resource, verb) for each permission, however the rules group them."""
+        return {
+            (group, resource, verb)
+            for rule in rules
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    declared = grants(OPERATOR_RULES)
+    (cluster_role,) = find(render(), "ClusterRole", "-operator")
+    assert grants(cluster_role["rules"]) == declared
+    # Per namespace, the same permissions split: namespaced ones in each Role, cluster-scoped ones in the
+    # ClusterRole, and no namespaces (kopf does not follow them when it is given a list).
+    namespaced = render([VALUES / "namespaced.yaml"])
+    (cluster_role,) = find(namespaced, "ClusterRole", "-operator")
+    (role, _) = find(namespaced, "Role")
+    assert {resource for _, resource, _ in grants(cluster_role["rules"])} == {
+        "customresourcedefinitions",
+        "workloadpriorityclasses",
+    }
+    assert grants(cluster_role["rules"]) | grants(role["rules"]) == {
+        grant for grant in declared if grant[1] != "namespaces"
+    }
+
+
+def test_edit_and_view_users_get_batchbenchmarks_through_aggregation() -> None:
+    documents = render()
+    (view,) = find(documents, "ClusterRole", "-view")
+    (edit,) = find(documents, "ClusterRole", "-edit")
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-view" not in edit["metadata"]["labels"]
+    assert set(view["rules"][0]["verbs"]) == {"get", "list", "watch"}
+    assert {"create", "delete", "patch"} <= set(edit["rules"][0]["verbs"])
+
+
+def test_monitors_and_rules_only_when_enabled_and_the_api_exists() -> None:
+    monitors = VALUES / "monitors.yaml"
+    without_api = {d["kind"] for d in render([monitors], monitoring=False)}
+    assert not without_api & MONITORING_KINDS
+    off = {d["kind"] for d in render([], monitoring=True)}
+    assert not off & MONITORING_KINDS
+    documents = render([monitors], monitoring=True)
+    for kind in MONITORING_KINDS:
+        (found,) = find(documents, kind)
+        assert found["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (pod_monitor,) = find(documents, "PodMonitor")
+    assert pod_monitor["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "batchmark",
+        "app.kubernetes.io/component": "benchmark",
+    }
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    (service_monitor,) = find(documents, "ServiceMonitor")
+    (service,) = find(documents, "Service", "-metrics")
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert service_monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    assert service_monitor["spec"]["endpoints"][0]["honorLabels"] is True  # results keep their namespace
+
+
+def test_the_dashboards_ship_as_configmaps_for_grafanas_sidecar() -> None:
+    documents = render([VALUES / "monitors.yaml"])
+    maps = [d for d in find(documents, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]
+    shipped = {name: text for d in maps for name, text in d["data"].items()}
+    assert shipped.keys() == {path.name for path in CHART_DASHBOARDS.glob("*.json")}
+    for name, text in shipped.items():
+        assert json.loads(text) == json.loads((CHART_DASHBOARDS / name).read_text())
+    for configmap in maps:
+        assert configmap["metadata"]["namespace"] == "monitoring"
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert configmap["metadata"]["annotations"] == {"grafana_folder": "Benchmarks"}
+    relabelled = render(sets=["dashboards.label=my_dashboards", "dashboards.folderAnnotation=k8s-sidecar/folder"])
+    maps = [d for d in find(relabelled, "ConfigMap") if "my_dashboards" in d["metadata"]["labels"]]
+    assert len(maps) == len(shipped)
+    assert all("k8s-sidecar/folder" in m["metadata"]["annotations"] for m in maps)
+
+
+def defaults_file(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    (configmap,) = find(documents, "ConfigMap", "-defaults")
+    loaded: dict[str, Any] = yaml.safe_load(configmap["data"]["defaults.yaml"])
+    return loaded
+
+
+def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
+    assert defaults_file(render()) == {"image": "batchmark-runner:0.1.0", "imagePullPolicy": "IfNotPresent"}
+    custom = defaults_file(render([VALUES / "custom-images.yaml"]))
+    OperatorDefaults.model_validate(custom)  # what the operator reads with --defaults (unknown keys refused)
+    OperatorDefaults.model_validate(defaults_file(render()))
+    assert custom == {
+        "image": "registry.example.com:5000/ml/batchmark-runner:0.1.0-cuda12",
+        "imagePullPolicy": "Always",
+        "imagePullSecrets": [{"name": "registry-credentials"}],
+        "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "64Gi"}, "requests": {"cpu": "8", "memory": "32Gi"}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "modelCache": {"claimName": "hf-cache", "mountPath": "/cache/huggingface"},
+        "hfTokenSecret": {"name": "hf-token", "key": "HF_TOKEN"},
+        "queueName": "gpu-queue",
+    }
+
+
+def test_a_change_of_defaults_rolls_the_operator() -> None:
+    def checksum(documents: list[dict[str, Any]]) -> str:
+        (deployment,) = find(documents, "Deployment")
+        value: str = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/defaults"]
+        return value
+
+    assert checksum(render()) != checksum(render(sets=["benchmarkDefaults.queueName=other"]))
+
+
+def test_custom_images_and_digests() -> None:
+    documents = render([VALUES / "custom-images.yaml"])
+    (deployment,) = find(documents, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == (
+        "registry.example.com:5000/ml/batchmark-operator@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    )
+    assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert pod["serviceAccountName"] == "batchmark-operator"
+
+
+def test_the_crd_is_kept_on_uninstall_and_is_the_generated_one() -> None:
+    (crd,) = find(render(), "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    generated = yaml.safe_load((ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml").read_text())
+    # The template splices its annotation into the file's metadata: a second annotations key would clash.
+    assert "annotations" not in generated["metadata"]
+    assert crd["metadata"] == {**generated["metadata"], "annotations": {"helm.sh/resource-policy": "keep"}}
+    assert crd["spec"] == generated["spec"]
+    assert crd["metadata"]["name"] == generated["metadata"]["name"]
+    assert (CHART / "files" / "batchmark.dev_batchbenchmarks.yaml").read_text() == (
+        ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"
+    ).read_text()
+    (unkept,) = find(render(sets=["crd.keep=false"]), "CustomResourceDefinition")
+    assert "helm.sh/resource-policy" not in unkept["metadata"].get("annotations", {})
+    assert not find(render(sets=["crd.install=false"]), "CustomResourceDefinition")
+
+
+BAD_VALUES = [
+    (["operator.metrics.port=0"], "operator/metrics/port"),
+    (["operator.metrics.port=70000"], "operator/metrics/port"),
+    (["operator.image.pullPolicy=Sometimes"], "operator/image/pullPolicy"),
+    (["operator.image.digest=latest"], "operator/image/digest"),
+    (["operator.watchNamespaces={Team_A}"], "operator/watchNamespaces/0"),
+    (["operator.replicas=2"], "replicas"),
+    (["benchmarkDefaults.modelCache.mountPath=models"], "benchmarkDefaults/modelCache/mountPath"),
+    (["benchmarkDefaults.imagePullSecrets=oops"], "benchmarkDefaults/imagePullSecrets"),
+    (["benchmarkDefaults.resources.limits.memory=lots"], "benchmarkDefaults/resources/limits/memory"),
+    (["alerts.schedulingFor=30 minutes"], "alerts/schedulingFor"),
+    (["alerts.reconcileErrorRatio=2"], "alerts/reconcileErrorRatio"),
+    (["crd.install=yes"], "crd/install"),
+    (["monitoring.podMonitor.enable=true"], "enable"),
+    (["dashboards.namespace=Monitoring"], "dashboards/namespace"),
+]
+
+
+@pytest.mark.parametrize(("sets", "named"), BAD_VALUES, ids=[case[0][0] for case in BAD_VALUES])
+def test_bad_values_are_refused_with_a_message_naming_the_value(sets: list[str], named: str) -> None:
+    result = helm("template", "batchmark", str(CHART), "--namespace", NAMESPACE, *(f"--set={s}" for s in sets))
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert named in result.stderr, result.stderr
+
+
+def test_checkov_passes_with_every_skip_explained(tmp_path: Path) -> None:
+    checkov = ROOT / ".venv-checkov" / "bin" / "checkov"
+    if not checkov.exists():
+        pytest.fail("checkov is not installed: run scripts/setup/checkov.sh (scripts/test does)")
+    config = yaml.safe_load((CHART / ".checkov.yaml").read_text())
+    explained = {
+        line.split("#")[0].strip(" -")
+        for line in (CHART / ".checkov.yaml").read_text().splitlines()
+        if line.strip().startswith("- CKV") and "#" in line
+    }
+    assert set(config["skip-check"]) == explained, "every skipped check has its reason beside it"
+    for index, values in enumerate([[], *([path] for path in VALUES_FILES)]):
+        documents = render(values, monitoring=True)
+        for document in documents:  # a skip on one object says why after its `=`
+            for key, value in document["metadata"].get("annotations", {}).items():
+                if key.startswith("checkov.io/skip"):
+                    assert re.fullmatch(r"CKV2?_K8S_\d+=\S.{20,}", value), f"{key}: {value} gives no reason"
+        manifests = tmp_path / f"rendered-{index}.yaml"
+        manifests.write_text(yaml.safe_dump_all(documents))
+        result = subprocess.run(
+            [
+                str(checkov),
+                "--config-file",
+                str(CHART / ".checkov.yaml"),
+                "--file",
+                str(manifests),
+                "--framework",
+                "kubernetes",
+                "--compact",
+                "--quiet",
+                "--skip-download",  # no Prisma Cloud: nothing to fetch, and no network here
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert result.returncode == 0, f"{values}: {result.stdout[-6000:]}{result.stderr[-2000:]}"
+
+
+def test_promtool_checks_and_unit_tests_the_alerts(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed: run scripts/setup/system.sh"
+    (rule,) = find(render([VALUES / "monitors.yaml"], monitoring=True), "PrometheusRule")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(tmp_path / "rules.yaml")], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 4 rules found" in checked.stdout
+    shutil.copy(Path(__file__).parent / "alerts.test.yaml", tmp_path / "alerts.test.yaml")
+    tested = subprocess.run(
+        [promtool, "test", "rules", str(tmp_path / "alerts.test.yaml")], capture_output=True, text=True, check=False
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr

@@ -1,0 +1,86 @@
+"""What Grafana would show: every query of the dashboards, its variables substituted as Grafana does, run against
+a real Prometheus that scraped a real (simulated-engine) benchmark, returns data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dashboards.build import CHART_DASHBOARDS
+from dashboards.promql import queries, substitute
+from tests.integration.observability.servers import free_port, prometheus, stop
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "bench"
+NAME = "dashboards"
+# What Grafana puts in for its own variables: a rate window of four 1 s scrapes and more, the dashboard's range.
+GRAFANA_VARIABLES = {"__rate_interval": "1m", "__range": "10m", "datasource": "prometheus"}
+
+
+def board(file_name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART_DASHBOARDS / file_name).read_text())
+    return loaded
+
+
+def test_every_benchmark_run_query_returns_data_from_a_real_run(tmp_path: Path) -> None:
+    port = free_port()
+    results = tmp_path / "results.json"
+    with prometheus(
+        tmp_path / "prometheus", [f"127.0.0.1:{port}"], target_labels={"namespace": NAMESPACE, "pod": "bench-0"}
+    ) as prom:
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "batchmark.runner.cli",
+                "run",
+                "--quiet",
+                "--name",
+                NAME,
+                # time_scale=1: the run lasts several scrapes, so rates and quantiles have samples to work on.
+                "--backend",
+                "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated,simulation.time_scale=1",
+                "--data",
+                "kind=synthetic_text,prompt_tokens=256,output_tokens=64",
+                "--profile",
+                "kind=throughput,max_concurrency=16",
+                "--constraint",
+                "kind=max_requests,count=160",
+                "--output",
+                str(results),
+                "--metrics-port",
+                str(port),
+                "--metrics-linger",
+                "3",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            _, stderr = run.communicate(timeout=120)
+        finally:
+            stop(run)
+        assert run.returncode == 0, stderr
+        run_id = json.loads(results.read_text())["run_id"]
+        # The last scrape of the run: gauges are live there, and rate windows reach back over the run.
+        done = prom.samples(f'batchmark_phase{{benchmark="{NAME}",phase="done"}}')
+        at = max(t for t, v in done if v == 1)
+        values = {**GRAFANA_VARIABLES, "namespace": NAMESPACE, "benchmark": NAME, "run": run_id}
+        checked = 0
+        for where, expr in queries(board("benchmark-run.json")):
+            promql = substitute(expr, values)
+            assert prom.query(promql, at=at), f"{where} returned nothing: {promql}"
+            checked += 1
+        assert checked >= 20
+        # "All" is `.*` for every variable: the same queries find the run without a selection.
+        everything = {**GRAFANA_VARIABLES, "namespace": ".*", "benchmark": ".*", "run": ".*"}
+        for where, expr in queries(board("benchmark-run.json")):
+            assert prom.query(substitute(expr, everything), at=at), f"{where} with All returned nothing"

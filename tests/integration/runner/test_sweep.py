@@ -1,0 +1,205 @@
+"""Sweeps on the simulated engine through the real worker process: order, one load, reloads, grids, budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchmark.runner.benchmark import BenchmarkRunner
+from batchmark.runner.cli import main
+from batchmark.runner.config import RunConfig
+from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.events import RunObserver
+from batchmark.runner.results import RunReport
+
+pytestmark = pytest.mark.integration
+
+BACKEND: dict[str, Any] = {
+    "model": "m",
+    "engine": "simulated",
+    "batch_timeout": 0.005,
+    "simulation": {"time_scale": 0.2},
+}
+
+
+class Recorder(RunObserver):
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
+        self.events.append(("loaded", info.details["max_num_seqs"]))
+
+    def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
+        self.events.append(("point", position, total, dict(values)))
+
+
+def run(sweep: dict[str, Any], requests: int = 64, **extra: Any) -> tuple[RunReport, Recorder]:
+    config = RunConfig.model_validate(
+        {
+            "backend": {**BACKEND, **extra.pop("backend", {})},
+            "data": {"prompt_tokens": 32, "output_tokens": 8},
+            "profile": extra.pop("profile", {"kind": "throughput", "max_concurrency": 64}),
+            "constraints": extra.pop("constraints", [{"kind": "max_requests", "count": requests}]),
+            "sweep": sweep,
+            **extra,
+        }
+    )
+    recorder = Recorder()
+    runner = BenchmarkRunner(config, [recorder])
+    runner.check()
+    try:
+        runner.start()
+        report = runner.run()
+    finally:
+        runner.close()
+    return report, recorder
+
+
+def test_a_batch_size_sweep_runs_in_order_on_one_engine_load() -> None:
+    report, recorder = run({"batch_size": [16, 2, 8]})
+    assert [b.swept for b in report.benchmarks] == [{"batch_size": 16}, {"batch_size": 2}, {"batch_size": 8}]
+    assert [b.batch_size for b in report.benchmarks] == [16, 2, 8]
+    # The engine was loaded once, before the first point; the points followed on the same worker.
+    assert [event[0] for event in recorder.events] == ["loaded", "point", "point", "point"]
+    assert report.sweep is not None
+    [load] = report.sweep.engine_loads
+    assert load.pid is not None
+    assert load.first_benchmark == 0
+    for benchmark in report.benchmarks:
+        assert benchmark.requests.completed == 64
+        # The worker batched by each point's size: no batch larger, and the full size reached under load.
+        sizes = [size for size, _ in benchmark.batch_size_histogram]
+        assert max(sizes) == benchmark.batch_size
+    assert report.sweep.timed_seconds == pytest.approx(sum(b.duration for b in report.benchmarks))
+    assert report.sweep.wall_seconds >= report.sweep.timed_seconds
+    assert report.sweep.load_seconds == 0
+    assert report.recommendation is not None
+    assert report.recommendation.benchmark is not None
+
+
+def test_an_engine_field_reloads_the_engine_between_its_values_only() -> None:
+    report, recorder = run({"vllm_config": {"max_num_seqs": [4, 32]}, "batch_size": [8, 16]})
+    assert [b.swept for b in report.benchmarks] == [
+        {"vllm_config.max_num_seqs": 4, "batch_size": 8},
+        {"vllm_config.max_num_seqs": 4, "batch_size": 16},
+        {"vllm_config.max_num_seqs": 32, "batch_size": 8},
+        {"vllm_config.max_num_seqs": 32, "batch_size": 16},
+    ]
+    assert [event[0] if event[0] == "point" else event for event in recorder.events] == [
+        ("loaded", 4),
+        "point",
+        "point",
+        ("loaded", 32),
+        "point",
+        "point",
+    ]
+    assert report.sweep is not None
+    first, second = report.sweep.engine_loads
+    assert first.swept == {"vllm_config.max_num_seqs": 4}
+    assert second.swept == {"vllm_config.max_num_seqs": 32}
+    assert (first.first_benchmark, second.first_benchmark) == (0, 2)
+    assert first.pid != second.pid  # a new worker with a new engine
+    assert report.sweep.load_seconds == pytest.approx(second.load_seconds)
+    # The load is outside every timed phase, and the sweep's wall time holds both.
+    assert report.sweep.wall_seconds >= report.sweep.timed_seconds + report.sweep.load_seconds
+
+
+def test_a_grid_of_dispatch_and_batch_size_with_a_warm_up_per_point_and_a_duration_bound() -> None:
+    report, recorder = run(
+        {"dispatch": ["batch", "continuous"], "batch_size": [4, 12], "warmup_requests": 6},
+        constraints=[{"kind": "max_duration", "seconds": 0.4}],
+    )
+    assert [b.swept for b in report.benchmarks] == [
+        {"batch_size": 4, "dispatch": "batch"},
+        {"batch_size": 4, "dispatch": "continuous"},
+        {"batch_size": 12, "dispatch": "batch"},
+        {"batch_size": 12, "dispatch": "continuous"},
+    ]
+    assert sum(event[0] == "loaded" for event in recorder.events) == 1
+    for benchmark in report.benchmarks:
+        assert benchmark.stop_reason == "max_duration"
+        assert benchmark.requests.completed > 0
+        assert benchmark.batch_size is not None
+        assert max(size for size, _ in benchmark.batch_size_histogram) <= benchmark.batch_size
+
+
+def test_a_sweep_profile_runs_whole_at_each_point() -> None:
+    report, _ = run({"batch_size": [4, 16]}, requests=40, profile={"kind": "sweep", "sweep_size": 3})
+    assert [(b.kind, b.swept["batch_size"]) for b in report.benchmarks] == [
+        ("synchronous", 4),
+        ("throughput", 4),
+        ("constant", 4),
+        ("synchronous", 16),
+        ("throughput", 16),
+        ("constant", 16),
+    ]
+
+
+def test_warm_up_requests_stay_out_of_the_results() -> None:
+    report, _ = run({"batch_size": [4, 8], "warmup_requests": 10}, requests=20)
+    for benchmark in report.benchmarks:
+        assert benchmark.requests.completed == 20
+        assert benchmark.requests.excluded == 0
+        assert benchmark.tokens["output"] == 20 * 8
+
+
+def test_budget_goodput_cost_and_recommendation_through_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "sweep.json"
+    csv = tmp_path / "sweep.csv"
+    code = main(
+        [
+            "run",
+            "--quiet",
+            "--backend",
+            "kind=vllm_python_batch,model=m,engine=simulated,simulation.time_scale=0.2,batch_timeout=0.005",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=32,output_tokens=8",
+            "--profile",
+            "kind=throughput,max_concurrency=64",
+            "--constraint",
+            "kind=max_requests,count=64",
+            "--sweep",
+            "batch_size=1,4,16",
+            "--slo",
+            "request_latency_p99=30,ttft_p95=30",
+            "--gpu-cost-per-hour",
+            "3.6",
+            "--gpus",
+            "2",
+            "--output",
+            str(results),
+            "--output",
+            str(csv),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    report = json.loads(results.read_text())
+    for benchmark in report["benchmarks"]:
+        assert benchmark["slo"]["met"] is True  # a generous budget: every request meets it
+        assert benchmark["slo"]["goodput"]["requests"] == 64
+        assert benchmark["slo"]["goodput"]["output_tokens_per_second"] == pytest.approx(
+            benchmark["throughput"]["output_tokens_per_second"]
+        )
+        assert benchmark["cost"]["gpus"] == 2
+        assert benchmark["cost"]["per_million_output_tokens"] == pytest.approx(
+            0.002 / benchmark["throughput"]["output_tokens_per_second"] * 1e6
+        )
+    best = max(range(3), key=lambda index: report["benchmarks"][index]["throughput"]["output_tokens_per_second"])
+    assert report["recommendation"]["benchmark"] == best
+    assert "Recommended: throughputx64 (batch_size=" in printed
+    assert "one engine load for every point" in printed
+    assert "latency budget and cost" in printed
+    header, *rows = csv.read_text().splitlines()
+    columns = header.split(",")
+    assert "swept.batch_size" in columns
+    assert "slo.met" in columns
+    assert "slo.goodput.output_tokens_per_second" in columns
+    assert "slo.targets.request_latency_p99.observed" in columns
+    assert "cost.per_million_output_tokens" in columns
+    assert [row.split(",")[columns.index("swept.batch_size")] for row in rows] == ["1", "4", "16"]

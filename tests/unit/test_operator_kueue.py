@@ -1,0 +1,184 @@
+"""Queueing through Kueue, in the operator's pure parts: the Job's labels, the reading of Kueue's Workload, and
+the phase, conditions, attempts and preemption records built from it (the real Kueue: tests/integration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.children import Owner, job
+from batchmark.operator.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadView
+from batchmark.operator.status import JobView, Observation, build_status
+
+SPEC: dict[str, Any] = {
+    "backend": {"kind": "vllm_python_batch", "model": "Qwen/Qwen3-0.6B", "engine": "simulated"},
+    "data": {"kind": "synthetic_text", "promptTokens": 16, "outputTokens": 8},
+    "profile": {"kind": "throughput"},
+    "constraints": [{"kind": "max_requests", "count": 10}],
+}
+QUOTA_MESSAGE = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu-nodes,"
+    " 1 more needed"
+)
+RESULTS = [{"strategy": "throughput", "stopReason": "interrupted by SIGTERM", "requests": 12}]
+
+
+def workload(conditions: list[dict[str, Any]], preemptions: int = 0) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": conditions}
+    if preemptions:
+        status["schedulingStats"] = {
+            "evictions": [{"reason": "Preempted", "underlyingCause": "", "count": preemptions}]
+        }
+    return {"metadata": {"name": "job-sweep-1a2b3"}, "status": status}
+
+
+def cond(kind: str, status: str, reason: str, message: str = "", time: str = "2026-12-03T10:00:00Z") -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": time}
+
+
+def job_view(suspended: bool, active: int = 0) -> JobView:
+    return JobView(name="sweep", created="2026-12-03T09:59:00Z", active=active, suspended=suspended)
+
+
+def test_a_queued_benchmarks_job_is_suspended_and_labelled() -> None:
+    spec = BatchBenchmarkSpec.model_validate({**SPEC, "queueName": "gpus", "priorityClassName": "high"})
+    manifest = job(Owner("ns", "sweep", "uid"), spec, workload_priority_class="high")
+    assert manifest["spec"]["suspend"] is True
+    assert manifest["metadata"]["labels"][QUEUE_NAME_LABEL] == "gpus"
+    assert manifest["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "high"
+    assert manifest["spec"]["template"]["spec"]["priorityClassName"] == "high"
+
+
+def test_without_a_workload_priority_class_only_the_queue_label_is_set() -> None:
+    spec = BatchBenchmarkSpec.model_validate({**SPEC, "queueName": "gpus", "priorityClassName": "high"})
+    labels = job(Owner("ns", "sweep", "uid"), spec)["metadata"]["labels"]
+    assert labels[QUEUE_NAME_LABEL] == "gpus"
+    assert PRIORITY_CLASS_LABEL not in labels
+
+
+def test_an_unqueued_benchmarks_job_runs_at_once() -> None:
+    manifest = job(Owner("ns", "sweep", "uid"), BatchBenchmarkSpec.model_validate(SPEC))
+    assert "suspend" not in manifest["spec"]
+    assert QUEUE_NAME_LABEL not in manifest["metadata"]["labels"]
+
+
+def test_the_operators_default_queue_applies_where_the_spec_names_none() -> None:
+    defaults = OperatorDefaults.model_validate({"queueName": "team"})
+    assert defaults.apply(BatchBenchmarkSpec.model_validate(SPEC)).queue_name == "team"
+    own = BatchBenchmarkSpec.model_validate({**SPEC, "queueName": "mine"})
+    assert defaults.apply(own).queue_name == "mine"
+
+
+def test_a_waiting_workload_gives_kueues_reason_and_message() -> None:
+    view = WorkloadView.from_dict(workload([cond("QuotaReserved", "False", "Pending", QUOTA_MESSAGE)]))
+    assert (view.admitted, view.reason, view.message, view.preemptions) == (False, "Pending", QUOTA_MESSAGE, 0)
+
+
+def test_a_preempted_workload_counts_and_names_the_preemption() -> None:
+    view = WorkloadView.from_dict(
+        workload(
+            [
+                cond("QuotaReserved", "False", "Pending", QUOTA_MESSAGE),
+                cond("Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: 1) due to ..."),
+                cond("Preempted", "True", "InClusterQueue", "Preempted to accommodate a workload (UID: 1) ..."),
+            ],
+            preemptions=1,
+        )
+    )
+    assert not view.admitted
+    assert view.reason == "Preempted"
+    assert view.preemptions == 1
+    assert view.preemption_reason == "InClusterQueue"
+
+
+def queued(status: dict[str, Any], job_: JobView, workload_: WorkloadView | None) -> dict[str, Any]:
+    observation = Observation(generation=1, cancel=False, status=status, job=job_, queued=True, workload=workload_)
+    update = build_status(observation, timestamp="2026-12-03T10:01:00Z")
+    return {**update.fields, "reason": update.reason}
+
+
+def conditions(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {entry["type"]: entry for entry in fields["conditions"]}
+
+
+def test_a_suspended_queued_job_is_queued_with_kueues_message() -> None:
+    view = WorkloadView.from_dict(workload([cond("QuotaReserved", "False", "Pending", QUOTA_MESSAGE)]))
+    fields = queued({"phase": "Pending"}, job_view(suspended=True), view)
+    assert (fields["phase"], fields["reason"], fields["message"]) == ("Queued", "Pending", QUOTA_MESSAGE)
+    admitted = conditions(fields)["Admitted"]
+    assert (admitted["status"], admitted["message"]) == ("False", QUOTA_MESSAGE)
+    assert conditions(fields)["Preempted"]["status"] == "False"
+
+
+def test_before_kueue_made_the_workload_the_benchmark_is_queued() -> None:
+    fields = queued({"phase": "Pending"}, job_view(suspended=True), None)
+    assert (fields["phase"], fields["reason"]) == ("Queued", "Pending")
+
+
+def test_an_admitted_job_leaves_the_queue() -> None:
+    view = WorkloadView.from_dict(
+        workload(
+            [
+                cond("QuotaReserved", "True", "QuotaReserved"),
+                cond("Admitted", "True", "Admitted", "The workload is admitted"),
+            ]
+        )
+    )
+    fields = queued({"phase": "Queued"}, job_view(suspended=False), view)
+    assert fields["phase"] == "Scheduling"
+    assert conditions(fields)["Admitted"]["status"] == "True"
+
+
+def test_a_preemption_is_recorded_with_the_results_the_attempt_wrote() -> None:
+    view = WorkloadView.from_dict(
+        workload(
+            [
+                cond("Evicted", "True", "Preempted", "Preempted to accommodate a higher priority workload"),
+                cond("Preempted", "True", "InClusterQueue", "Preempted to accommodate a higher priority workload"),
+            ],
+            preemptions=1,
+        )
+    )
+    running = {"phase": "Running", "attempts": 1}
+    fields = queued(running, job_view(suspended=True), view)
+    assert fields["phase"] == "Queued"
+    assert fields["reason"] == "Preempted"
+    (record,) = fields["preemptions"]
+    assert (record["attempt"], record["reason"]) == (1, "InClusterQueue")
+    assert "results" not in record  # the runner has not written them yet
+    assert conditions(fields)["Preempted"]["status"] == "True"
+    assert conditions(fields)["Preempted"]["reason"] == "InClusterQueue"
+
+    # The runner, stopped, writes its partial results; the operator keeps them in the record.
+    stored = {**running, **fields, "results": RESULTS, "runId": "run-1"}
+    fields = queued(stored, job_view(suspended=True), view)
+    (record,) = fields["preemptions"]
+    assert (record["results"], record["runId"]) == (RESULTS, "run-1")
+
+    # The rerun: attempts counts it; the record keeps the first attempt's results.
+    stored = {**stored, **fields}
+    fields = queued(stored, job_view(suspended=False, active=1), view)
+    assert fields["attempts"] == 2
+    assert fields["preemptions"][0]["results"] == RESULTS
+
+
+def test_results_of_an_earlier_run_are_not_taken_for_a_later_preemption() -> None:
+    view = WorkloadView.from_dict(workload([cond("Preempted", "True", "InClusterQueue", "again")], preemptions=2))
+    first = {"time": "t", "attempt": 1, "reason": "InClusterQueue", "message": "", "results": RESULTS, "runId": "run-1"}
+    stored = {"phase": "Running", "attempts": 2, "preemptions": [first], "results": RESULTS, "runId": "run-1"}
+    fields = queued(stored, job_view(suspended=True), view)
+    assert len(fields["preemptions"]) == 2
+    assert "results" not in fields["preemptions"][1]
+    assert fields["preemptions"][1]["attempt"] == 2
+
+
+def test_the_queued_example_is_a_valid_queued_benchmark() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "kueue" / "queued-benchmark.yaml"
+    (document,) = yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    spec = BatchBenchmarkSpec.model_validate(document["spec"])
+    manifest = job(Owner("ns", document["metadata"]["name"], "uid"), spec)
+    assert manifest["spec"]["suspend"] is True
+    assert manifest["metadata"]["labels"][QUEUE_NAME_LABEL] == "benchmarks"
