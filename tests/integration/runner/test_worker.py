@@ -13,7 +13,7 @@ from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.batcher import MicroBatcher
 from batchmark.runner.backend.messages import BatchReport, Stop, Submit
 from batchmark.runner.backend.reporter import Reporter
-from batchmark.runner.backend.worker import EngineWorker, _receive_requests
+from batchmark.runner.backend.worker import EngineWorker, _QueueSwitch, _receive_requests
 from batchmark.runner.config import VllmPythonBatchBackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import WorkItem
@@ -142,7 +142,7 @@ def test_prompts_are_built_by_the_receiving_thread_as_requests_arrive() -> None:
     batcher: MicroBatcher[WorkItem] = MicroBatcher(batch_size=4, batch_timeout=10.0)
     reporter = Reporter(ours)
     receiver = threading.Thread(
-        target=_receive_requests, args=(ours, batcher, reporter, Recording()), name="batchmark-receiver"
+        target=_receive_requests, args=(ours, _QueueSwitch(batcher), reporter, Recording()), name="batchmark-receiver"
     )
     receiver.start()
     try:

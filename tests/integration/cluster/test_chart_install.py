@@ -1,0 +1,220 @@
+"""The chart on a real control plane: `helm install` runs the operator as a pod (on the node agent), an example
+BatchBenchmark runs to Succeeded with it, `helm test` passes, the Operator and Batch size comparison dashboards
+return data from a real Prometheus scraping that operator, `helm upgrade` with other values rolls it, and
+`helm uninstall` leaves nothing behind but the CRD and the BatchBenchmarks.
+
+The chart gets a control plane of its own: the session's runs an operator of the operator tests, watching every
+namespace, and two operators must never reconcile the same resources. Pods share 127.0.0.1 on the node agent,
+so the operator's ports are free ones, set through values, as a person would set them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards.build import CHART_DASHBOARDS
+from dashboards.promql import queries, substitute
+from tests.cluster.controlplane import ClusterBinariesMissingError, ControlPlane, locate_binaries
+from tests.integration.observability.servers import Prometheus, free_port, prometheus
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "charts" / "batchmark"
+RELEASE = "batchmark"
+NAMESPACE = "batchmark-system"
+BENCHMARKS = "benchmarks"
+INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
+GRAFANA_VARIABLES = {"__rate_interval": "1m", "__range": "10m", "datasource": "prometheus"}
+
+
+@dataclass
+class Installed:
+    cluster: ControlPlane
+    prometheus: Prometheus
+    metrics_port: int
+
+    def kubectl_json(self, *arguments: str) -> Any:
+        return json.loads(self.cluster.kubectl(*arguments, "-o", "json").stdout)
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.kubectl_json(
+            "get", "pods", "-n", NAMESPACE, "-l", f"{INSTANCE},app.kubernetes.io/component=operator"
+        )["items"]
+        return found
+
+
+def wait_until(what: str, probe: Any, timeout: float = 180) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.5)
+
+
+def apply_example(cluster: ControlPlane, tmp_path: Path, name: str, batch_size: int) -> None:
+    document = yaml.safe_load((ROOT / "examples" / "simulated-throughput.yaml").read_text())
+    document["metadata"]["name"] = name
+    document["spec"]["backend"]["batchSize"] = batch_size
+    manifest = tmp_path / f"{name}.yaml"
+    manifest.write_text(yaml.safe_dump(document))
+    cluster.kubectl("apply", "-n", BENCHMARKS, "-f", str(manifest))
+
+
+def wait_succeeded(installed: Installed, name: str) -> dict[str, Any]:
+    def succeeded() -> dict[str, Any] | None:
+        found: dict[str, Any] = installed.kubectl_json("get", "bb", name, "-n", BENCHMARKS)
+        phase = (found.get("status") or {}).get("phase")
+        assert phase not in {"Failed", "Cancelled"}, found["status"]
+        return found if phase == "Succeeded" else None
+
+    result: dict[str, Any] = wait_until(f"{name} to succeed", succeeded)
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    try:
+        binaries = locate_binaries()
+    except ClusterBinariesMissingError as error:
+        if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
+    if binaries.helm is None:
+        pytest.fail("helm is not built: run tests/cluster/setup")
+    cluster = ControlPlane(tmp_path_factory.mktemp("chart-cluster"), binaries)
+    metrics_port, health_port = free_port(), free_port()
+    try:
+        cluster.start()
+        cluster.start_node_agent()
+        cluster.kubectl("create", "namespace", BENCHMARKS)
+        # Prometheus scrapes the operator as the chart's ServiceMonitor would: job named after the metrics
+        # Service, the operator's namespace as a target label, its own labels honoured.
+        with prometheus(
+            tmp_path_factory.mktemp("chart-prometheus"),
+            [f"127.0.0.1:{metrics_port}"],
+            honor_labels=True,
+            target_labels={"namespace": NAMESPACE},
+            job=f"{RELEASE}-metrics",
+        ) as prom:
+            installed = cluster.helm(
+                "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+                "--wait", "--timeout", "3m",
+                "--set", "operator.metrics.address=127.0.0.1", "--set", f"operator.metrics.port={metrics_port}",
+                "--set", "operator.health.address=127.0.0.1", "--set", f"operator.health.port={health_port}",
+                "--set", "helmTest.operatorHost=127.0.0.1",
+                check=False,
+            )  # fmt: skip
+            assert installed.returncode == 0, installed.stdout + installed.stderr
+            assert "kubectl get bb -w" in installed.stdout  # NOTES.txt
+            yield Installed(cluster, prom, metrics_port)
+    finally:
+        cluster.stop()
+
+
+def test_an_example_runs_to_succeeded_with_the_operator_the_chart_installed(
+    installed: Installed, tmp_path: Path
+) -> None:
+    (pod,) = installed.operator_pods()
+    assert pod["status"]["phase"] == "Running"
+    assert pod["spec"]["nodeName"] == "cpu-node-0"
+    apply_example(installed.cluster, tmp_path, "chart-batch-8", 8)
+    apply_example(installed.cluster, tmp_path, "chart-batch-32", 32)
+    for name in ("chart-batch-8", "chart-batch-32"):
+        found = wait_succeeded(installed, name)
+        assert found["status"]["results"], found["status"]
+        job = installed.kubectl_json("get", "job", name, "-n", BENCHMARKS)
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "batchmark-runner:0.1.0"  # the chart's benchmarkDefaults
+
+
+def test_helm_test_finds_the_operator_answering(installed: Installed) -> None:
+    tested = installed.cluster.helm("test", RELEASE, "--namespace", NAMESPACE, "--timeout", "2m", check=False)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "Succeeded" in tested.stdout
+
+
+@pytest.mark.parametrize("file_name", ["operator.json", "batch-size-comparison.json"])
+def test_the_operator_dashboards_return_data_from_the_real_operator(installed: Installed, file_name: str) -> None:
+    board = json.loads((CHART_DASHBOARDS / file_name).read_text())
+    values = {**GRAFANA_VARIABLES, "namespace": BENCHMARKS, "model": "Qwen/Qwen3-0.6B", "job": f"{RELEASE}-metrics"}
+    prom = installed.prometheus
+
+    def scraped_results() -> bool:
+        return len(prom.query('batchmark_result_output_tokens_per_second{namespace="benchmarks"}')) == 2
+
+    wait_until("Prometheus to scrape both benchmarks' results", scraped_results, timeout=30)
+    checked = 0
+    for where, expr in queries(board):
+        promql = substitute(expr, values)
+        assert prom.query(promql), f"{where} returned nothing: {promql}"
+        checked += 1
+    assert checked >= 4
+    if file_name == "batch-size-comparison.json":
+        by_size = prom.query(
+            substitute(
+                'max by (model, batch_size) (batchmark_result_output_tokens_per_second{namespace=~"$namespace"})',
+                values,
+            )
+        )
+        assert sorted(series["metric"]["batch_size"] for series in by_size) == ["32", "8"]
+
+
+def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed, tmp_path: Path) -> None:
+    (before,) = installed.operator_pods()
+    upgraded = installed.cluster.helm(
+        "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+        "--set", "benchmarkDefaults.image.tag=upgraded", "--wait", "--timeout", "3m",
+        check=False,
+    )  # fmt: skip
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+
+    def rolled() -> dict[str, Any] | None:
+        pods = installed.operator_pods()
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        if len(pods) == 1 and running and running[0]["metadata"]["uid"] != before["metadata"]["uid"]:
+            return running[0]
+        return None
+
+    after = wait_until("the operator's new pod", rolled)
+    assert after["metadata"]["annotations"]["checksum/defaults"] != before["metadata"]["annotations"][
+        "checksum/defaults"
+    ]
+    # The new operator reads the new defaults: a benchmark applied now gets the upgraded runner image.
+    apply_example(installed.cluster, tmp_path, "chart-after-upgrade", 16)
+    wait_succeeded(installed, "chart-after-upgrade")
+    job = installed.kubectl_json("get", "job", "chart-after-upgrade", "-n", BENCHMARKS)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "batchmark-runner:upgraded"
+
+
+def test_helm_uninstall_leaves_only_the_crd_and_the_benchmarks(installed: Installed) -> None:
+    cluster = installed.cluster
+    uninstalled = cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", check=False)
+    assert uninstalled.returncode == 0, uninstalled.stdout + uninstalled.stderr
+    assert "kept due to the resource policy" in uninstalled.stdout + uninstalled.stderr
+
+    def nothing_left() -> bool:
+        namespaced = cluster.kubectl(
+            "get", "all,configmaps,serviceaccounts,roles,rolebindings,networkpolicies",
+            "-n", NAMESPACE, "-l", INSTANCE, "-o", "name",
+        ).stdout.split()  # fmt: skip
+        cluster_wide = cluster.kubectl("get", "clusterroles,clusterrolebindings", "-l", INSTANCE, "-o", "name")
+        pods = cluster.kubectl("get", "pods", "-n", NAMESPACE, "-o", "name").stdout.split()
+        return not namespaced and not cluster_wide.stdout.split() and not pods
+
+    wait_until("the release's objects to go", nothing_left, timeout=60)
+    crd = installed.kubectl_json("get", "crd", "batchbenchmarks.batchmark.dev")
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    names = {item["metadata"]["name"] for item in installed.kubectl_json("get", "bb", "-n", BENCHMARKS)["items"]}
+    assert names == {"chart-batch-8", "chart-batch-32", "chart-after-upgrade"}
