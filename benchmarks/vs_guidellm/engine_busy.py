@@ -47,6 +47,7 @@ sys.path.insert(0, str(HERE.parents[1]))  # run as a script from anywhere: the r
 
 from benchmarks.vs_guidellm.probe.analyse import analyse, pids  # noqa: E402
 from benchmarks.vs_guidellm.run import OUTPUT_TOKENS, PROMPT_TOKENS, ensure_model  # noqa: E402
+from benchmarks.vs_guidellm.run import guidellm_command as reference_guidellm_command  # noqa: E402
 from benchmarks.vs_guidellm.run import vllm_config as reference_config  # noqa: E402
 
 PYTHON = Path(sys.executable)
@@ -57,6 +58,8 @@ def vllm_config(engine: str) -> dict[str, Any]:
     compiles C++ for minutes on a busy 2-core machine, and both tools run the same eager engine anyway."""
     config = reference_config(engine)
     return {**config, "enforce_eager": True} if engine == "vllm" else config
+
+
 LOCK = Path("/tmp/batchmark-vllm.lock")
 TOOLS = ("guidellm", "batchmark_batch", "batchmark_continuous")
 
@@ -121,28 +124,7 @@ def execute(command: list[str], env: dict[str, str], log: Path) -> float:
 
 
 def guidellm_command(model: Path, engine: str, batch_size: int, requests: int, out: Path) -> list[str]:
-    backend = {
-        "kind": "vllm_python_batch",
-        "model": str(model),
-        "batch_size": batch_size,
-        "request_format": "plain",
-        "vllm_config": vllm_config(engine),
-    }
-    return [
-        str(PYTHON.parent / "guidellm"),
-        "run",
-        "--backend",
-        json.dumps(backend),
-        "--data",
-        f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={OUTPUT_TOKENS}",
-        "--profile",
-        f"kind=throughput,max_concurrency={4 * batch_size}",
-        "--constraint",
-        f"kind=max_requests,count={requests}",
-        "--output",
-        f"kind=json,path={out}",
-        "--disable-console-interactive",
-    ]
+    return reference_guidellm_command(model, batch_size, requests, out, vllm_config(engine))
 
 
 def batchmark_command(

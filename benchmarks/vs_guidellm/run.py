@@ -81,31 +81,38 @@ def run(args: list[str], env: dict[str, str], log: Path, timeout: float) -> floa
     return time.monotonic() - started
 
 
-def guidellm(engine: str, model: Path, batch_size: int, requests: int, workdir: Path) -> dict[str, Any]:
-    out = workdir / f"guidellm-{engine}-{batch_size}.json"
+def guidellm_command(
+    model: Path, batch_size: int, requests: int, out: Path, engine_config: dict[str, Any]
+) -> list[str]:
+    """GuideLLM's `run` for one batch size, with the same data, profile and constraint as batchmark's."""
     backend = {
         "kind": "vllm_python_batch",
         "model": str(model),
         "batch_size": batch_size,
         "request_format": "plain",
-        "vllm_config": vllm_config(engine),
+        "vllm_config": engine_config,
     }
+    return [
+        str(PYTHON.parent / "guidellm"),
+        "run",
+        "--backend",
+        json.dumps(backend),
+        "--data",
+        f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={OUTPUT_TOKENS}",
+        "--profile",
+        f"kind=throughput,max_concurrency={4 * batch_size}",
+        "--constraint",
+        f"kind=max_requests,count={requests}",
+        "--output",
+        f"kind=json,path={out}",
+        "--disable-console-interactive",
+    ]
+
+
+def guidellm(engine: str, model: Path, batch_size: int, requests: int, workdir: Path) -> dict[str, Any]:
+    out = workdir / f"guidellm-{engine}-{batch_size}.json"
     wall = run(
-        [
-            str(PYTHON.parent / "guidellm"),
-            "run",
-            "--backend",
-            json.dumps(backend),
-            "--data",
-            f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={OUTPUT_TOKENS}",
-            "--profile",
-            f"kind=throughput,max_concurrency={4 * batch_size}",
-            "--constraint",
-            f"kind=max_requests,count={requests}",
-            "--output",
-            f"kind=json,path={out}",
-            "--disable-console-interactive",
-        ],
+        guidellm_command(model, batch_size, requests, out, vllm_config(engine)),
         engine_env(engine),
         out.with_suffix(".log"),
         timeout=1800,
