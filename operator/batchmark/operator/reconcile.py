@@ -250,7 +250,7 @@ def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:
         fields: dict[str, Any] = {"results": results, "runId": summary.run_id}
         if summary.engine is not None:
             fields["engine"] = summary.engine.model_dump(mode="json", by_alias=True, exclude_none=True)
-        best = headline(summary.results)
+        best = headline(summary)
         if best is not None:
             fields["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
         return fields
