@@ -173,17 +173,48 @@ def table(rounds: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def order_rounds(model: Path, workdir: Path, rounds: int) -> str:
+    """The sweep forward and in reverse, alternating: a point's throughput by its position against its batch
+    size."""
+    lines = ["| round | order | " + " | ".join(f"bs {size}" for size in BATCH_SIZES) + " | wall s | load average |"]
+    lines.append("|---:|---|" + "---:|" * len(BATCH_SIZES) + "---:|---|")
+    for index in range(rounds):
+        orders = [BATCH_SIZES, BATCH_SIZES[::-1]]
+        for sizes in orders if index % 2 == 0 else orders[::-1]:
+            name = f"order-{index}-{sizes[0]}-first"
+            run_config = config(model, sizes[0], workdir / f"{name}.json")
+            load_before = os.getloadavg()[0]
+            sweep = ",".join(str(size) for size in sizes)
+            result = batchmark(run_config, ["--sweep", f"batch_size={sweep}"], workdir, name)
+            print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
+            cells = " | ".join(f"{result['points'][size]:,.0f}" for size in BATCH_SIZES)
+            lines.append(
+                f"| {index + 1} | {sweep} | {cells} | {result['wall_seconds']:.1f} |"
+                f" {load_before:.1f} → {os.getloadavg()[0]:.1f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2, help="rounds, alternating the order (default 2)")
     parser.add_argument("--json", type=Path, help="write every round's raw figures here")
     parser.add_argument("--keep", type=Path, help="keep every run's config, log and report in this folder")
+    parser.add_argument(
+        "--orders",
+        action="store_true",
+        help="instead: only sweeps, forward and in reverse (128 first), to tell a point's position in the sweep"
+        " from its batch size",
+    )
     args = parser.parse_args()
     model = ensure_model()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="sweep-one-load-") as scratch:
         workdir = args.keep or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
+        if args.orders:
+            print(order_rounds(model, workdir, args.rounds))
+            return
         for index in range(args.rounds):
             entry = one_round(model, workdir, index)
             # Through JSON, so the table reads the same keys as a --json file would give.
