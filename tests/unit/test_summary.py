@@ -91,3 +91,11 @@ def test_a_tight_limit_degrades_to_fewer_fields_then_fewer_benchmarks_keeping_th
 def test_parse_summary_refuses_what_is_not_a_summary() -> None:
     assert parse_summary("Traceback (most recent call last):\n  boom") is None
     assert parse_summary('{"foo": 1}') is None
+
+
+def test_an_interrupted_runs_stop_reason_survives_in_the_termination_message() -> None:
+    failed = sweep_report(10).model_copy(update={"complete": False, "stop_reason": "the engine failed: CUDA error"})
+    parsed = parse_summary(termination_message(failed))
+    assert parsed is not None
+    assert (parsed.complete, parsed.stop_reason) == (False, "the engine failed: CUDA error")
+    assert run_summary(sweep_report(2)).stop_reason is None  # a complete run has none
