@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
-from batchmark.operator.kueue import WorkloadView
+from batchmark.operator.kueue import QUEUE_NAME_LABEL, WorkloadView
 from batchmark.runner.summary import parse_summary
 
 RUNNER_CONTAINER = "runner"
@@ -102,6 +102,8 @@ class JobView:
     failed_reason: str | None = None  # DeadlineExceeded, BackoffLimitExceeded, ...
     failed_message: str | None = None
     completion_time: str | None = None
+    uid: str = ""  # Kueue's Workload for the Job carries it
+    queued: bool = False  # created with Kueue's queue-name label (spec.queueName)
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> JobView:
@@ -131,6 +133,8 @@ class JobView:
             failed_reason=failed_reason,
             failed_message=failed_message,
             completion_time=str(finished_at) if finished_at else None,
+            uid=str(metadata.get("uid") or ""),
+            queued=QUEUE_NAME_LABEL in (metadata.get("labels") or {}),
         )
 
 
