@@ -163,9 +163,12 @@ class Reconciler:
             pods = self.children.pods(namespace, name) if job and created_job is None else []
             queued = job is not None and job.queued
             workload = self.children.workload(namespace, job.uid) if job and queued and job.uid else None
+            cancel = bool((body.get("spec") or {}).get("cancel"))
+            if cancel and workload is not None and workload.active:
+                self.kueue.deactivate(namespace, workload.name)
             observation = Observation(
                 generation=int(body["metadata"].get("generation") or 1),
-                cancel=bool((body.get("spec") or {}).get("cancel")),
+                cancel=cancel,
                 status=stored,
                 job=job,
                 pods=pods,
@@ -190,12 +193,15 @@ class Reconciler:
             return update
 
     def cancel(self, namespace: str, name: str) -> None:
+        """Stop the benchmark, keeping its Job (and the results its pod writes on SIGTERM).
+
+        A Job that Kueue manages is stopped through Kueue: ``refresh`` deactivates its Workload (also one Kueue
+        makes only later), and Kueue evicts it and suspends the Job itself. Suspending it here as well would race
+        with Kueue, which resumes a suspended Job whose Workload is still admitted: a new pod would start, and be
+        stopped again while its engine loads, writing empty results over the cancelled run's."""
         job = self.kube.get_job(namespace, name)
-        if job is not None and kueue.QUEUE_NAME_LABEL in (job["metadata"].get("labels") or {}):
-            workload = self.kueue.workload_of(namespace, job["metadata"]["uid"])
-            if workload is not None:
-                self.kueue.deactivate(namespace, workload["metadata"]["name"])
-        self.kube.suspend_job(namespace, name)
+        if job is not None and kueue.QUEUE_NAME_LABEL not in (job["metadata"].get("labels") or {}):
+            self.kube.suspend_job(namespace, name)
         self.refresh(namespace, name)
 
     def forget(self, namespace: str, name: str) -> None:
@@ -251,7 +257,7 @@ def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:
         fields: dict[str, Any] = {"results": results, "runId": summary.run_id}
         if summary.engine is not None:
             fields["engine"] = summary.engine.model_dump(mode="json", by_alias=True, exclude_none=True)
-        best = headline(summary.results)
+        best = headline(summary)
         if best is not None:
             fields["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
         return fields

@@ -271,22 +271,34 @@ class ProgressStatus(SummaryModel):
 
 
 class Headline(SummaryModel):
-    """The figures kubectl get shows: the benchmark with the highest output throughput."""
+    """The figures kubectl get shows: the run's recommended benchmark, or the one with the highest output
+    throughput when the run recommends none."""
 
     strategy: str = Field(description="Which benchmark of the run.")
+    batch_size: int | None = Field(
+        default=None, description="The micro-batch size it ran with (differs per sweep point)."
+    )
     output_tokens_per_second: float | None = Field(default=None, description="Generated tokens per second.")
     requests_per_second: float | None = Field(default=None, description="Completed requests per second.")
     latency_p50_seconds: float | None = Field(default=None, description="Median request latency, seconds.")
     latency_p99_seconds: float | None = Field(default=None, description="99th percentile request latency, seconds.")
 
 
-def headline(results: Sequence[BenchmarkSummary]) -> Headline | None:
-    """The benchmark with the highest output throughput, or None for a run of no benchmark."""
+def headline(summary: RunSummary) -> Headline | None:
+    """The recommended benchmark (under the latency budget, when the run has one), else the one with the highest
+    output throughput; None for a run of no benchmark."""
+    results = summary.results
     if not results:
         return None
-    best = max(results, key=lambda result: result.output_tokens_per_second or 0.0)
+    # The index is into the full report: it names an entry here only when none was left out to fit.
+    recommended = summary.recommended
+    if recommended is not None and summary.omitted_benchmarks == 0 and 0 <= recommended < len(results):
+        best = results[recommended]
+    else:
+        best = max(results, key=lambda result: result.output_tokens_per_second or 0.0)
     return Headline(
         strategy=best.strategy,
+        batch_size=best.batch_size,
         output_tokens_per_second=best.output_tokens_per_second,
         requests_per_second=best.requests_per_second,
         latency_p50_seconds=best.latency_p50_seconds,
