@@ -28,9 +28,12 @@ set KUBERNETES_SERVICE_HOST, so clients that try in-cluster configuration first 
 
 It also serves the kubelet's containerLogs endpoint, so `kubectl logs [-f]` works.
 
-Not supported: images' entrypoints (a container without `command` runs --default-entrypoint), probes (a
-running container counts as ready), resource limits, network isolation (every pod's IP is 127.0.0.1 and
-its ports are this machine's), `kubectl exec`, `attach` and `port-forward`.
+Readiness probes (httpGet and tcpSocket, on 127.0.0.1) decide when a running container is ready, with the
+probe's delay, period, timeout and thresholds, so `helm install --wait` and rollouts wait as they would on a
+kubelet. Not supported: images' entrypoints (a container without `command` runs --default-entrypoint),
+liveness, startup and exec probes (a container with only those counts as ready once running), resource
+limits, network isolation (every pod's IP is 127.0.0.1 and its ports are this machine's), `kubectl exec`,
+`attach` and `port-forward`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -227,6 +231,75 @@ def expand_references(value: str, environment: Mapping[str, str]) -> str:
     return _REFERENCE.sub(replace, value)
 
 
+def readiness_probe(container: JsonObject) -> JsonObject | None:
+    """The container's readiness probe, if it has one the agent can run."""
+    probe: JsonObject | None = container.get("readinessProbe")
+    if probe is None or ("httpGet" not in probe and "tcpSocket" not in probe):
+        return None
+    return probe
+
+
+class ReadinessTracker:
+    """Runs a container's readiness probe on its schedule and applies its thresholds, as a kubelet does."""
+
+    def __init__(self, container: JsonObject) -> None:
+        self.container = container
+        self.spec = readiness_probe(container)
+        probe = self.spec or {}
+        self.period = float(probe.get("periodSeconds", 10))
+        self.timeout = float(probe.get("timeoutSeconds", 1))
+        self.success_threshold = int(probe.get("successThreshold", 1))
+        self.failure_threshold = int(probe.get("failureThreshold", 3))
+        self.next_time = time.monotonic() + float(probe.get("initialDelaySeconds", 0))
+        self.ready = False
+        self.successes = 0
+        self.failures = 0
+
+    def due(self) -> bool:
+        return self.spec is not None and time.monotonic() >= self.next_time
+
+    def probe(self) -> bool:
+        """Probe once; whether the container is ready now."""
+        self.next_time = time.monotonic() + self.period
+        if self._passes():
+            self.successes, self.failures = self.successes + 1, 0
+            if self.successes >= self.success_threshold:
+                self.ready = True
+        else:
+            self.successes, self.failures = 0, self.failures + 1
+            # Until the first success the container is not ready; after it, only failureThreshold failures
+            # in a row take readiness away.
+            if self.failures >= self.failure_threshold:
+                self.ready = False
+        return self.ready
+
+    def _port(self, port: int | str) -> int:
+        if isinstance(port, int) or port.isdigit():
+            return int(port)
+        for declared in self.container.get("ports", []):
+            if declared.get("name") == port:
+                return int(declared["containerPort"])
+        raise ValueError(f"no container port named {port}")
+
+    def _passes(self) -> bool:
+        assert self.spec is not None
+        try:
+            if "tcpSocket" in self.spec:
+                with socket.create_connection(("127.0.0.1", self._port(self.spec["tcpSocket"]["port"])), self.timeout):
+                    return True
+            get = self.spec["httpGet"]
+            scheme = str(get.get("scheme", "HTTP")).lower()
+            url = f"{scheme}://127.0.0.1:{self._port(get['port'])}{get.get('path', '/')}"
+            headers = {header["name"]: header["value"] for header in get.get("httpHeaders", [])}
+            context = ssl._create_unverified_context() if scheme == "https" else None  # a kubelet skips verification
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers), timeout=self.timeout, context=context
+            ) as answer:
+                return 200 <= int(answer.status) < 400
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+
+
 class PodConfigError(Exception):
     """A ConfigMap, Secret or key the pod needs does not exist yet; the kubelet keeps retrying."""
 
@@ -246,6 +319,12 @@ class ContainerRun:
     # of its own at the same path as its siblings'.
     paths: PathMap = field(default_factory=PathMap)
     termination_message_file: Path | None = None
+    # What the readiness probe last concluded; a container without one is ready while it runs.
+    probed_ready: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return "running" in self.state and (self.probed_ready or readiness_probe(self.spec) is None)
 
     def status(self, image_id: str) -> JsonObject:
         running = "running" in self.state
@@ -255,7 +334,7 @@ class ContainerRun:
             "imageID": image_id,
             "containerID": f"batchmark-nodeagent://{self.process.pid}" if self.process else "",
             "restartCount": self.restart_count,
-            "ready": running,
+            "ready": self.ready,
             "started": running,
             "state": self.state,
             "lastState": self.last_state,
@@ -447,11 +526,18 @@ class PodWorker:
         self.agent.event(self.pod, "Normal", "Started", f"Started container {container.name}")
         self._publish()
         killed = False
+        readiness = ReadinessTracker(container.spec) if not container.init else None
         while process.poll() is None:
             if self.stop_requested.wait(0.1):
                 self._kill(process)
                 killed = True
                 break
+            if readiness is not None and readiness.due():
+                ready = readiness.probe()
+                if ready != container.probed_ready:
+                    with self.lock:
+                        container.probed_ready = ready
+                    self._publish()
         exit_code = process.wait()
         self.agent.forget_process(self, container)
         if exit_code < 0:
@@ -468,6 +554,7 @@ class PodWorker:
             terminated["message"] = message
         with self.lock:
             container.state = {"terminated": terminated}
+            container.probed_ready = False
         if not self.stop_requested.is_set():
             self._publish()
         return None if killed else exit_code
@@ -580,8 +667,7 @@ class PodWorker:
     def _status(self) -> JsonObject:
         """The pod's status as a kubelet reports it. Called with self.lock held."""
         now = now_rfc3339()
-        running = [c for c in self.containers if "running" in c.state]
-        ready = self.phase == "Running" and len(running) == len(self.containers)
+        ready = self.phase == "Running" and all(c.ready for c in self.containers)
         terminal = self.phase in ("Succeeded", "Failed")
 
         def condition(kind: str, value: bool, reason: str | None = None) -> JsonObject:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -489,3 +490,68 @@ def test_kubectl_logs_shows_the_containers_output(kube_cluster: KubeCluster, kub
     assert logs.splitlines() == ["step 0", "step 1", "step 2"]
     last = kube_cluster.kubectl("logs", "-n", kube_namespace, "job/talks", "--tail=1").stdout
     assert last.splitlines() == ["step 2"]
+
+
+# Serves 200 on /ready once the file `gate` exists, 503 before; records its port for the test.
+GATED_SERVER = """
+import http.server, os, socketserver, sys
+gate, port_file = sys.argv[1], sys.argv[2]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if os.path.exists(gate) else 503)
+        self.end_headers()
+    def log_message(self, *arguments):
+        pass
+server = socketserver.TCPServer(("127.0.0.1", int(sys.argv[3])), Handler)
+open(port_file, "w").write(str(server.server_address[1]))
+server.serve_forever()
+"""
+
+
+def test_a_readiness_probe_decides_when_a_running_pod_is_ready(
+    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
+) -> None:
+    with socket.socket() as probe_socket:  # a free port: pods share this machine's ports
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    gate, port_file = tmp_path / "gate", tmp_path / "port"
+    kube_cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{kube_namespace}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gated"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "none",
+                        "command": ["python", "-c", GATED_SERVER, str(gate), str(port_file), str(port)],
+                        "ports": [{"name": "http", "containerPort": port}],
+                        "readinessProbe": {
+                            "httpGet": {"path": "/ready", "port": "http"},
+                            "periodSeconds": 1,
+                            "failureThreshold": 2,
+                        },
+                    }
+                ],
+            },
+        },
+    )
+
+    def ready() -> tuple[str | None, bool | None]:
+        pod = kube_cluster.request("GET", f"/api/v1/namespaces/{kube_namespace}/pods/gated")
+        status = pod.get("status") or {}
+        conditions = {c["type"]: c["status"] == "True" for c in status.get("conditions", [])}
+        return status.get("phase"), conditions.get("Ready")
+
+    wait_for("the server to listen", lambda: port_file.exists() or None)
+    time.sleep(3)  # three probes answered 503
+    assert ready() == ("Running", False)
+    gate.touch()
+    wait_for("the pod to become Ready", lambda: ready() == ("Running", True))
+    gate.unlink()
+    wait_for("the pod to lose readiness", lambda: ready() == ("Running", False))
+    kube_cluster.request("DELETE", f"/api/v1/namespaces/{kube_namespace}/pods/gated")
