@@ -95,6 +95,14 @@ def test_parse_summary_refuses_what_is_not_a_summary() -> None:
     assert parse_summary('{"foo": 1}') is None
 
 
+def test_an_interrupted_runs_stop_reason_survives_in_the_termination_message() -> None:
+    failed = sweep_report(10).model_copy(update={"complete": False, "stop_reason": "the engine failed: CUDA error"})
+    parsed = parse_summary(termination_message(failed))
+    assert parsed is not None
+    assert (parsed.complete, parsed.stop_reason) == (False, "the engine failed: CUDA error")
+    assert run_summary(sweep_report(2)).stop_reason is None  # a complete run has none
+
+
 def test_the_headline_is_the_recommended_point_else_the_fastest() -> None:
     slow = BenchmarkSummary(strategy="throughput x8", batch_size=8, output_tokens_per_second=100.0)
     fast = BenchmarkSummary(strategy="throughput x64", batch_size=64, output_tokens_per_second=400.0)

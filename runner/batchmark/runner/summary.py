@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 from batchmark.runner.results import BenchmarkResult, EngineSummary, RunReport
 
 TERMINATION_MESSAGE_LIMIT = 4096
+STOP_REASON_LIMIT = 1024  # a run's stop reason may carry an engine's error; it must leave room for the rest
 
 
 class SummaryModel(BaseModel):
@@ -89,6 +90,10 @@ class RunSummary(SummaryModel):
 
     run_id: str = Field(description="Unique id of the run.")
     complete: bool = Field(description="False when the run was interrupted before its end.")
+    stop_reason: str | None = Field(
+        default=None,
+        description="Why an interrupted run ended (the engine failed, a signal); none when it completed.",
+    )
     engine: EngineStatus | None = Field(default=None, description="The engine that ran.")
     results: list[BenchmarkSummary] = Field(description="One entry per benchmark, in run order.")
     omitted_benchmarks: int = Field(
@@ -152,6 +157,7 @@ def run_summary(report: RunReport) -> RunSummary:
     return RunSummary(
         run_id=report.run_id,
         complete=report.complete,
+        stop_reason=report.stop_reason[:STOP_REASON_LIMIT] if report.stop_reason is not None else None,
         engine=engine_status(report.engine),
         results=[benchmark_summary(result) for result in report.benchmarks],
         recommended=report.recommendation.benchmark if report.recommendation is not None else None,
