@@ -97,16 +97,18 @@ def vllm_lock(engine: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def end_leftovers(probe_dir: Path) -> int:
-    """End the processes this run started that are still there (by pid, checked to be this run's)."""
-    ended = 0
+def end_leftovers(probe_dir: Path) -> list[str]:
+    """End the processes this run started that are still there (by pid, checked to be this run's); returns
+    each one's pid and name (``VLLM::EngineCore`` and the like) so that a run that leaks is on record."""
+    ended = []
     marker = f"BATCHMARK_PROBE_DIR={probe_dir}".encode()
-    for pid in pids(probe_dir):
+    for pid in sorted(pids(probe_dir)):
         try:
             if marker not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 continue
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
             os.kill(pid, signal.SIGKILL)
-            ended += 1
+            ended.append(f"{pid} {name}")
         except (OSError, ProcessLookupError):
             continue
     return ended
@@ -162,11 +164,13 @@ def measure(
     else:
         dispatch = tool.removeprefix("batchmark_")
         command = batchmark_command(model, engine, batch_size, requests, dispatch, out, workdir)
+    load_before = os.getloadavg()[0]
     try:
         wall = execute(command, env, out.with_suffix(".log"))
     finally:
         time.sleep(1.5)  # the probe's last writes
         leftovers = end_leftovers(probe_dir)
+    load_after = os.getloadavg()[0]
     figures = analyse(probe_dir)
     window = figures["window_seconds"]
     row: dict[str, Any] = {
@@ -177,7 +181,9 @@ def measure(
         "output_tokens_per_second": requests * OUTPUT_TOKENS / window,
         "window_seconds": window,
         "wall_seconds": wall,
-        "processes_left_behind": leftovers,
+        "processes_left_behind": len(leftovers),
+        "left_behind": leftovers,
+        "load_average": [load_before, load_after],
     }
     if tool != "guidellm":
         [result] = json.loads(out.read_text())["benchmarks"]
@@ -204,11 +210,26 @@ def spread(values: list[float]) -> dict[str, float] | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def same_round_ratios(rounds: list[dict[str, Any]], tool: str, reference: str, key: str) -> list[float]:
+    """``tool``'s figure over ``reference``'s, each round on its own: the two ran minutes apart under the same
+    lock, so the machine's slower and faster stretches move both sides of a ratio more than either figure."""
+    return [
+        measured[tool][key] / measured[reference][key]
+        for measured in rounds
+        if tool in measured and reference in measured and measured[reference][key]
+    ]
+
+
 def summarise(entry: dict[str, Any], tools: list[str]) -> None:
     summary: dict[str, Any] = {}
     for tool in tools:
         rows = [r[tool] for r in entry["rounds"] if tool in r]
         summary[tool] = {key: spread([row[key] for row in rows]) for key in FIGURES}
+        summary[tool]["load_average"] = spread([load for row in rows for load in row.get("load_average", [])])
+        if tool != "guidellm":
+            summary[tool]["throughput_over_guidellm"] = spread(
+                same_round_ratios(entry["rounds"], tool, "guidellm", "output_tokens_per_second")
+            )
         if rows and "own" in rows[0]:
             summary[tool]["own"] = {key: spread([row["own"][key] for row in rows]) for key in OWN}
             summary[tool]["own_minus_probe_busy"] = spread(
@@ -227,9 +248,10 @@ def table(results: dict[str, Any]) -> str:
     lines = [
         f"#### {results['engine']} engine, vLLM {results['mode']} (median [min–max] of {results['rounds']} rounds)",
         "",
-        "| B | tool | busy (probe) | core busy (probe) | steps / 1k req | harness CPU ms / req | out tok/s "
-        "| own util | own − probe | overhead ms / batch |",
-        "|---:|---|---|---|---|---|---|---|---|---|",
+        "| B | tool | busy (probe) | core busy (probe) | steps / 1k req | own steps / 1k req "
+        "| harness CPU ms / req | out tok/s | × GuideLLM (same round) | own util | own − probe "
+        "| overhead ms / batch | load avg | left behind |",
+        "|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for batch_size, entry in results["by_batch_size"].items():
         for tool, figures in entry.get("summary", {}).items():
@@ -240,13 +262,16 @@ def table(results: dict[str, Any]) -> str:
             cpu_ms = {key: value * 1000 for key, value in cpu.items()} if cpu else None
             overhead = own["dispatch_overhead_mean"] if own else None
             overhead_ms = {key: value * 1000 for key, value in overhead.items()} if overhead else None
+            left = sum(row[tool]["processes_left_behind"] for row in entry["rounds"] if tool in row)
             lines.append(
                 f"| {batch_size} | {tool.replace('_', ' ')} | {cell(figures['busy'], '.4f')} | "
                 f"{cell(figures['core_busy'], '.4f')} | {cell(figures['steps_per_1000_requests'], ',.0f')} | "
+                f"{cell(own['engine_steps_per_1000_requests'], ',.0f') if own else 'n/a'} | "
                 f"{cell(cpu_ms, '.3f')} | {cell(figures['output_tokens_per_second'], ',.0f')} | "
+                f"{cell(figures.get('throughput_over_guidellm'), '.2f')} | "
                 f"{cell(own['engine_utilization'], '.4f') if own else 'n/a'} | "
                 f"{cell(figures.get('own_minus_probe_busy'), '+.4f') if own else 'n/a'} | "
-                f"{cell(overhead_ms, '.2f')} |"
+                f"{cell(overhead_ms, '.2f')} | {cell(figures.get('load_average'), '.1f')} | {left} |"
             )
     return "\n".join(lines)
 
