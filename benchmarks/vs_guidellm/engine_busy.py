@@ -276,6 +276,12 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def rotated(items: list[str], round_index: int) -> list[str]:
+    """``items`` starting at the round's index: who runs first changes from round to round."""
+    shift = round_index % len(items)
+    return items[shift:] + items[:shift]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engines", default="vllm,simulated")
@@ -289,42 +295,49 @@ def main() -> None:
     model = ensure_model()
     tools = args.tools.split(",")
     (HERE / "results").mkdir(exist_ok=True)
+    batch_sizes = [int(value) for value in args.batch_sizes.split(",")]
     for engine in args.engines.split(","):
         # The simulated stand-in has no engine-core process: one mode.
         modes = args.modes.split(",") if engine == "vllm" else ["inprocess"]
+        by_mode: dict[str, dict[str, Any]] = {}
         for mode in modes:
-            results: dict[str, Any] = {
+            by_mode[mode] = {
                 "engine": engine,
                 "mode": mode,
                 "rounds": args.rounds,
                 "machine": f"{os.cpu_count()} CPUs",
                 "prompt_tokens": PROMPT_TOKENS,
                 "output_tokens": OUTPUT_TOKENS,
-                "by_batch_size": {},
+                "by_batch_size": {
+                    str(batch_size): {
+                        "requests": max(256, int(args.requests_per_concurrency * 4 * batch_size)),
+                        "rounds": [],
+                    }
+                    for batch_size in batch_sizes
+                },
             }
-            path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
-            with tempfile.TemporaryDirectory(prefix=f"engine-busy-{engine}-{mode}-") as temporary:
-                workdir = Path(temporary)
-                batch_sizes = [int(value) for value in args.batch_sizes.split(",")]
+        with tempfile.TemporaryDirectory(prefix=f"engine-busy-{engine}-") as temporary:
+            workdir = Path(temporary)
+            # Modes alternate within a round as tools do, so that both modes see the machine's same stretches.
+            for round_index in range(args.rounds):
                 for batch_size in batch_sizes:
-                    count = max(256, int(args.requests_per_concurrency * 4 * batch_size))
-                    results["by_batch_size"][str(batch_size)] = {"requests": count, "rounds": []}
-                for round_index in range(args.rounds):
-                    for batch_size in batch_sizes:
+                    for mode in rotated(modes, round_index):
+                        results = by_mode[mode]
                         entry = results["by_batch_size"][str(batch_size)]
-                        order = tools[round_index % len(tools) :] + tools[: round_index % len(tools)]
                         measured: dict[str, Any] = {}
                         with vllm_lock(engine):
                             load = os.getloadavg()[0]
-                            for tool in order:
+                            for tool in rotated(tools, round_index):
                                 measured[tool] = measure(
                                     tool, engine, mode, model, batch_size, entry["requests"], workdir
                                 )
                         measured["load_average"] = load
                         entry["rounds"].append(measured)
                         summarise(entry, tools)
+                        path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
                         path.write_text(json.dumps(results, indent=2))
                         print(f"{engine} {mode} B={batch_size} round {round_index + 1} done", file=sys.stderr)
+        for results in by_mode.values():
             print(table(results), flush=True)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.vs_guidellm.engine_busy import same_round_ratios, summarise
+from benchmarks.vs_guidellm.engine_busy import rotated, same_round_ratios, summarise
 
 
 def _run(tokens_per_second: float, load: tuple[float, float]) -> dict[str, Any]:
@@ -48,3 +48,9 @@ def test_summary_spreads_the_ratio_and_every_run_load() -> None:
     assert batch["throughput_over_guidellm"] == {"median": 1.75, "min": 1.5, "max": 2.0}
     assert batch["load_average"] == {"median": 5.5, "min": 3, "max": 8}
     assert "throughput_over_guidellm" not in entry["summary"]["guidellm"]
+
+
+def test_who_runs_first_changes_every_round() -> None:
+    tools = ["guidellm", "batchmark_batch", "batchmark_continuous"]
+    assert [rotated(tools, index)[0] for index in range(4)] == [*tools, "guidellm"]
+    assert rotated(["default", "inprocess"], 1) == ["inprocess", "default"]
