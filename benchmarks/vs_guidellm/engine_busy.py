@@ -334,6 +334,7 @@ def main() -> None:
                         measured["load_average"] = load
                         entry["rounds"].append(measured)
                         summarise(entry, tools)
+                        results["rounds"] = round_index + 1  # so far: a stopped run's file says what it holds
                         path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
                         path.write_text(json.dumps(results, indent=2))
                         print(f"{engine} {mode} B={batch_size} round {round_index + 1} done", file=sys.stderr)
