@@ -117,9 +117,7 @@ def end_leftovers(probe_dir: Path) -> list[str]:
 def execute(command: list[str], env: dict[str, str], log: Path) -> float:
     started = time.monotonic()
     with log.open("w") as output:
-        completed = subprocess.run(
-            command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=1800, check=False
-        )
+        completed = subprocess.run(command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=1800, check=False)
     if completed.returncode != 0:
         raise RuntimeError(f"{command[:4]} failed ({completed.returncode}):\n{log.read_text()[-3000:]}")
     return time.monotonic() - started
@@ -276,6 +274,10 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def requests(batch_size: int, args: argparse.Namespace) -> int:
+    return max(256, int(args.requests_per_concurrency * 4 * batch_size))
+
+
 def rotated(items: list[str], round_index: int) -> list[str]:
     """``items`` starting at the round's index: who runs first changes from round to round."""
     shift = round_index % len(items)
@@ -291,6 +293,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests-per-concurrency", type=float, default=2.0)
     parser.add_argument("--output-suffix", default="")
+    parser.add_argument("--resume", action="store_true", help="add the rounds to the results files already there")
     args = parser.parse_args()
     model = ensure_model()
     tools = args.tools.split(",")
@@ -301,43 +304,50 @@ def main() -> None:
         modes = args.modes.split(",") if engine == "vllm" else ["inprocess"]
         by_mode: dict[str, dict[str, Any]] = {}
         for mode in modes:
+            path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
+            if args.resume and path.exists():
+                by_mode[mode] = json.loads(path.read_text())
+                for batch_size in batch_sizes:
+                    by_mode[mode]["by_batch_size"].setdefault(
+                        str(batch_size), {"requests": requests(batch_size, args), "rounds": []}
+                    )
+                continue
             by_mode[mode] = {
                 "engine": engine,
                 "mode": mode,
-                "rounds": args.rounds,
+                "rounds": 0,
                 "machine": f"{os.cpu_count()} CPUs",
                 "prompt_tokens": PROMPT_TOKENS,
                 "output_tokens": OUTPUT_TOKENS,
                 "by_batch_size": {
-                    str(batch_size): {
-                        "requests": max(256, int(args.requests_per_concurrency * 4 * batch_size)),
-                        "rounds": [],
-                    }
+                    str(batch_size): {"requests": requests(batch_size, args), "rounds": []}
                     for batch_size in batch_sizes
                 },
             }
         with tempfile.TemporaryDirectory(prefix=f"engine-busy-{engine}-") as temporary:
             workdir = Path(temporary)
-            # Modes alternate within a round as tools do, so that both modes see the machine's same stretches.
-            for round_index in range(args.rounds):
-                for batch_size in batch_sizes:
-                    for mode in rotated(modes, round_index):
-                        results = by_mode[mode]
-                        entry = results["by_batch_size"][str(batch_size)]
-                        measured: dict[str, Any] = {}
-                        with vllm_lock(engine):
-                            load = os.getloadavg()[0]
-                            for tool in rotated(tools, round_index):
+            for _ in range(args.rounds):
+                # One lock per round (every batch size, both modes, every tool): a round is what the figures
+                # compare, and taking the lock again between its parts let other work wedge in for tens of
+                # minutes. Modes and tools alternate who runs first from round to round.
+                with vllm_lock(engine):
+                    for batch_size in batch_sizes:
+                        for mode in rotated(modes, len(by_mode[modes[0]]["by_batch_size"][str(batch_size)]["rounds"])):
+                            results = by_mode[mode]
+                            entry = results["by_batch_size"][str(batch_size)]
+                            index = len(entry["rounds"])
+                            measured: dict[str, Any] = {"load_average": os.getloadavg()[0]}
+                            for tool in rotated(tools, index):
                                 measured[tool] = measure(
                                     tool, engine, mode, model, batch_size, entry["requests"], workdir
                                 )
-                        measured["load_average"] = load
-                        entry["rounds"].append(measured)
-                        summarise(entry, tools)
-                        results["rounds"] = round_index + 1  # so far: a stopped run's file says what it holds
-                        path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
-                        path.write_text(json.dumps(results, indent=2))
-                        print(f"{engine} {mode} B={batch_size} round {round_index + 1} done", file=sys.stderr)
+                            entry["rounds"].append(measured)
+                            summarise(entry, tools)
+                            # So far: a stopped run's file says what it holds, and --resume continues it.
+                            results["rounds"] = max(len(e["rounds"]) for e in results["by_batch_size"].values())
+                            path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
+                            path.write_text(json.dumps(results, indent=2))
+                            print(f"{engine} {mode} B={batch_size} round {index + 1} done", file=sys.stderr)
         for results in by_mode.values():
             print(table(results), flush=True)
 
