@@ -193,6 +193,10 @@ def measure(
             "engine_steps_per_1000_requests": result["engine_steps_per_1000_requests"],
             "harness_cpu_per_request": result["harness_cpu_per_request"],
             "output_tokens_per_second": result["throughput"]["output_tokens_per_second"],
+            "measured_duration": result["measured_duration"],
+            "duration": result["duration"],
+            "engine_steps": result["engine_steps"],
+            "output_tokens": result["tokens"]["output"],
         }
     return row
 
@@ -218,6 +222,19 @@ def same_round_ratios(rounds: list[dict[str, Any]], tool: str, reference: str, k
     ]
 
 
+def window_split(row: dict[str, Any], requests: int) -> tuple[float, float]:
+    """batchmark's own utilisation against the probe's, split in two: over the probe's window (the engine
+    time each counted, like for like) and the seconds batchmark's window starts before the probe's (from the
+    benchmark's start to the first engine call: the engine idle while the first batch was prepared).
+
+    batchmark's window is its measured duration (in rows recorded before it was kept: every request's output
+    tokens over its own output throughput, as every request completes in these runs)."""
+    own = row["own"]
+    measured = own.get("measured_duration") or requests * OUTPUT_TOKENS / own["output_tokens_per_second"]
+    busy_seconds = own["engine_utilization"] * measured
+    return busy_seconds / row["window_seconds"] - row["busy"], measured - row["window_seconds"]
+
+
 def summarise(entry: dict[str, Any], tools: list[str]) -> None:
     summary: dict[str, Any] = {}
     for tool in tools:
@@ -233,6 +250,9 @@ def summarise(entry: dict[str, Any], tools: list[str]) -> None:
             summary[tool]["own_minus_probe_busy"] = spread(
                 [row["own"]["engine_utilization"] - row["busy"] for row in rows]
             )
+            split = [window_split(row, entry["requests"]) for row in rows]
+            summary[tool]["own_minus_probe_same_window"] = spread([same for same, _ in split])
+            summary[tool]["idle_before_first_call"] = spread([idle for _, idle in split])
     entry["summary"] = summary
 
 
@@ -248,8 +268,9 @@ def table(results: dict[str, Any]) -> str:
         "",
         "| B | tool | busy (probe) | core busy (probe) | steps / 1k req | own steps / 1k req "
         "| harness CPU ms / req | out tok/s | × GuideLLM (same round) | own util | own − probe "
-        "| overhead ms / batch | load avg | left behind |",
-        "|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| own − probe (probe's window) | idle before first call s | overhead ms / batch | load avg "
+        "| left behind |",
+        "|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for batch_size, entry in results["by_batch_size"].items():
         for tool, figures in entry.get("summary", {}).items():
@@ -269,6 +290,8 @@ def table(results: dict[str, Any]) -> str:
                 f"{cell(figures.get('throughput_over_guidellm'), '.2f')} | "
                 f"{cell(own['engine_utilization'], '.4f') if own else 'n/a'} | "
                 f"{cell(figures.get('own_minus_probe_busy'), '+.4f') if own else 'n/a'} | "
+                f"{cell(figures.get('own_minus_probe_same_window'), '+.4f') if own else 'n/a'} | "
+                f"{cell(figures.get('idle_before_first_call'), '.2f') if own else 'n/a'} | "
                 f"{cell(overhead_ms, '.2f')} | {cell(figures.get('load_average'), '.1f')} | {left} |"
             )
     return "\n".join(lines)
@@ -294,6 +317,7 @@ def main() -> None:
     parser.add_argument("--requests-per-concurrency", type=float, default=2.0)
     parser.add_argument("--output-suffix", default="")
     parser.add_argument("--resume", action="store_true", help="add the rounds to the results files already there")
+    parser.add_argument("--report-only", action="store_true", help="print the tables of the results files there")
     args = parser.parse_args()
     model = ensure_model()
     tools = args.tools.split(",")
@@ -302,6 +326,15 @@ def main() -> None:
     for engine in args.engines.split(","):
         # The simulated stand-in has no engine-core process: one mode.
         modes = args.modes.split(",") if engine == "vllm" else ["inprocess"]
+        if args.report_only:
+            for mode in modes:
+                path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
+                if path.exists():
+                    results = json.loads(path.read_text())
+                    for entry in results["by_batch_size"].values():
+                        summarise(entry, tools)
+                    print(table(results), flush=True)
+            continue
         by_mode: dict[str, dict[str, Any]] = {}
         for mode in modes:
             path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"

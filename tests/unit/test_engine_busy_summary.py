@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.vs_guidellm.engine_busy import rotated, same_round_ratios, summarise
+from benchmarks.vs_guidellm.engine_busy import rotated, same_round_ratios, summarise, window_split
+from benchmarks.vs_guidellm.run import OUTPUT_TOKENS
 
 
 def _run(tokens_per_second: float, load: tuple[float, float]) -> dict[str, Any]:
@@ -54,3 +55,18 @@ def test_who_runs_first_changes_every_round() -> None:
     tools = ["guidellm", "batchmark_batch", "batchmark_continuous"]
     assert [rotated(tools, index)[0] for index in range(4)] == [*tools, "guidellm"]
     assert rotated(["default", "inprocess"], 1) == ["inprocess", "default"]
+
+
+def test_own_utilisation_is_compared_over_the_probes_window_and_the_start_apart() -> None:
+    # 256 requests of OUTPUT_TOKENS at 1,000 tok/s: batchmark's window is 256 * OUTPUT_TOKENS / 1000 s.
+    measured = 256 * OUTPUT_TOKENS / 1000
+    # The engine busy 0.9 s of every second of the probe's window, which starts 2 s after batchmark's.
+    window = measured - 2.0
+    row = {
+        "busy": 0.9,
+        "window_seconds": window,
+        "own": {"engine_utilization": 0.9 * window / measured, "output_tokens_per_second": 1000.0},
+    }
+    same, idle = window_split(row, 256)
+    assert abs(same) < 1e-12
+    assert abs(idle - 2.0) < 1e-9
