@@ -259,6 +259,8 @@ def summarise(entry: dict[str, Any], tools: list[str]) -> None:
 def cell(value: dict[str, float] | None, fmt: str) -> str:
     if value is None:
         return "n/a"
+    if value["min"] == value["max"]:  # one round
+        return f"{value['median']:{fmt}}"
     return f"{value['median']:{fmt}} [{value['min']:{fmt}}–{value['max']:{fmt}}]"
 
 
