@@ -114,6 +114,12 @@ def end_leftovers(probe_dir: Path) -> list[str]:
     return ended
 
 
+def vllm_processes() -> list[str]:
+    """``pgrep -af '^VLLM::'``: vLLM's engine processes on the machine (under the lock, none should be)."""
+    found = subprocess.run(["pgrep", "-af", "^VLLM::"], capture_output=True, text=True, check=False)
+    return found.stdout.splitlines()
+
+
 def execute(command: list[str], env: dict[str, str], log: Path) -> float:
     started = time.monotonic()
     with log.open("w") as output:
@@ -167,6 +173,7 @@ def measure(
         wall = execute(command, env, out.with_suffix(".log"))
     finally:
         time.sleep(1.5)  # the probe's last writes
+        vllm_after = vllm_processes()
         leftovers = end_leftovers(probe_dir)
     load_after = os.getloadavg()[0]
     figures = analyse(probe_dir)
@@ -181,6 +188,7 @@ def measure(
         "wall_seconds": wall,
         "processes_left_behind": len(leftovers),
         "left_behind": leftovers,
+        "vllm_processes_after": vllm_after,
         "load_average": [load_before, load_after],
     }
     if tool != "guidellm":
