@@ -3,7 +3,12 @@
 Starts its own control plane (tests/cluster) and `batchmark operator` as a real process, creates N simulated
 benchmarks (one GPU each, short runs) as fast as the API server takes them, and records from watches:
 apply -> Job created, Job finished -> phase Succeeded, the time to drain all, how many ran at once, and the
-operator's peak RSS (VmHWM). Prints one JSON object.
+operator's peak RSS (VmHWM) and CPU seconds (user + system, all its threads: its own cost, whatever else the
+machine runs), its reconciles (count and mean duration, from its /metrics), and the load average before and
+after. Prints one JSON object.
+
+--profile FILE attaches py-spy to the operator (sampling from outside, non-blocking) and writes its stacks in
+py-spy's raw (collapsed) format, to see where the operator's time goes.
 
 With --kueue, the real Kueue (tests/cluster/kueue.py) admits them instead: a ClusterQueue with as many GPUs
 of quota as the nodes have (16), the benchmarks queued in its LocalQueue (spec.queueName); it also records
@@ -32,6 +37,7 @@ from typing import Any
 
 from kubernetes import watch
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor
@@ -93,11 +99,18 @@ class Recorder:
             thread.start()
 
     def _stream(self, function: Any, *arguments: Any) -> Any:
+        # Each restart of a watch resumes from the last resourceVersion seen: a fresh listing would replay every
+        # object, and "at once" counted over a half-replayed listing mixes two moments (it once read 27 of 16).
+        version: str | None = None
         while not self.stop.is_set():
             watcher = watch.Watch()  # type: ignore[no-untyped-call]
+            resume = {"resource_version": version} if version else {}
             try:
-                yield from watcher.stream(function, *arguments, timeout_seconds=30)  # type: ignore[no-untyped-call]
+                for event in watcher.stream(function, *arguments, timeout_seconds=30, **resume):  # type: ignore[no-untyped-call]
+                    version = watcher.resource_version
+                    yield event
             except Exception:
+                version = None  # e.g. 410 Gone: list afresh
                 time.sleep(0.2)
 
     def _jobs(self) -> None:
@@ -143,12 +156,34 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def reconcile_figures(metrics_port: int) -> tuple[int, float]:
+    """From the operator's /metrics: reconciles done (all outcomes) and their mean duration, seconds."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    count = total = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name == "batchmark_operator_reconcile_duration_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_count"):
+                    count += sample.value
+                elif sample.name.endswith("_sum"):
+                    total += sample.value
+    return int(count), total / count if count else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process so far (all threads), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--benchmarks", type=int, default=200)
     parser.add_argument("--requests", type=int, default=40, help="requests per benchmark")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--kueue", action="store_true", help="queue them through the real Kueue (16 GPUs of quota)")
+    parser.add_argument("--profile", type=Path, metavar="FILE", help="write py-spy's raw stacks of the operator here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
         cluster.start_node_agent()
@@ -194,6 +229,18 @@ def main() -> int:
                     time.sleep(0.2)
             recorder = Recorder(cluster, namespace)
             time.sleep(2)
+            profiler = None
+            if args.profile is not None:
+                profiler = subprocess.Popen(
+                    [
+                        *(str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(operator.pid)),
+                        *("--format", "raw", "--nonblocking", "--rate", "50", "--output", str(args.profile)),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            load_before = os.getloadavg()
+            cpu_before = cpu_seconds(operator.pid)
             api = CustomObjectsApi(cluster.api_client())
             applied: dict[str, float] = {}
             started = time.monotonic()
@@ -206,6 +253,12 @@ def main() -> int:
             while len(recorder.succeeded) < args.benchmarks and time.monotonic() - started < args.timeout:
                 time.sleep(0.5)
             drained = max(recorder.succeeded.values(), default=time.monotonic()) - started
+            operator_cpu = cpu_seconds(operator.pid) - cpu_before
+            reconciles, reconcile_mean = reconcile_figures(metrics_port)
+            load_after = os.getloadavg()
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+                profiler.wait(timeout=60)
             recorder.stop.set()
             to_job = [recorder.job_created[name] - applied[name] for name in applied if name in recorder.job_created]
             to_phase = [
@@ -232,6 +285,11 @@ def main() -> int:
                 "apply_to_succeeded_p99_s": round(percentile(to_succeeded, 0.99), 3),
                 "drain_all_s": round(drained, 1),
                 "operator_peak_rss_mb": round(peak_rss_mb(operator.pid), 1),
+                "operator_cpu_s": round(operator_cpu, 1),
+                "operator_cpu_s_per_benchmark": round(operator_cpu / args.benchmarks, 3),
+                "operator_reconciles": reconciles,
+                "operator_reconcile_mean_s": round(reconcile_mean, 3),
+                "load_average_1m_before_after": [round(load_before[0], 1), round(load_after[0], 1)],
             }
             print(json.dumps(figures, indent=2))
         finally:

@@ -93,6 +93,7 @@ def test_printer_columns_and_names() -> None:
         ("Age", 0),
         ("P99", 1),
         ("Engine", 1),
+        ("Best-Batch", 1),
     ]
     assert version["subresources"] == {"status": {}}
     assert crd["spec"]["names"]["shortNames"] == ["bb"]

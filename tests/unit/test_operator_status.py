@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -148,3 +149,25 @@ def test_condition_times_stay_while_their_status_stays() -> None:
         observe(job(active=1), [pod("Running", node="n")], **first.fields), timestamp="2026-01-01T00:09:00Z"
     )
     assert again.fields["conditions"] == first.fields["conditions"]
+
+
+def test_an_engine_error_reads_the_runners_stop_reason_not_its_summary_json() -> None:
+    summary = {
+        "runId": "r1",
+        "complete": False,
+        "stopReason": "the engine failed: CUDA out of memory",
+        "results": [{"strategy": "synchronous", "stopReason": "the engine failed: CUDA out of memory"}],
+    }
+    failed = pod(
+        "Failed", node="gpu-node-0", terminated={"exitCode": 1, "reason": "Error", "message": json.dumps(summary)}
+    )
+    update = build_status(observe(job(failed=1, failed_reason="BackoffLimitExceeded"), [failed], phase="Running"))
+    assert (update.phase, update.reason) == ("Failed", "EngineError")
+    assert update.message == "the engine failed: CUDA out of memory (the results of 1 benchmark(s) are kept)"
+    # A run that failed before any benchmark: the run's own stop reason alone.
+    summary |= {"results": [], "stopReason": "the engine failed to load: no GPU"}
+    failed = pod(
+        "Failed", node="gpu-node-0", terminated={"exitCode": 1, "reason": "Error", "message": json.dumps(summary)}
+    )
+    update = build_status(observe(job(failed=1, failed_reason="BackoffLimitExceeded"), [failed], phase="Running"))
+    assert update.message == "the engine failed to load: no GPU"

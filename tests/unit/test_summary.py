@@ -10,8 +10,10 @@ from batchmark.runner.events import BatchEvent
 from batchmark.runner.results import RunReport
 from batchmark.runner.summary import (
     TERMINATION_MESSAGE_LIMIT,
+    BenchmarkSummary,
     RunSummary,
     fit_summary,
+    headline,
     parse_summary,
     run_summary,
     summary_json,
@@ -91,3 +93,28 @@ def test_a_tight_limit_degrades_to_fewer_fields_then_fewer_benchmarks_keeping_th
 def test_parse_summary_refuses_what_is_not_a_summary() -> None:
     assert parse_summary("Traceback (most recent call last):\n  boom") is None
     assert parse_summary('{"foo": 1}') is None
+
+
+def test_an_interrupted_runs_stop_reason_survives_in_the_termination_message() -> None:
+    failed = sweep_report(10).model_copy(update={"complete": False, "stop_reason": "the engine failed: CUDA error"})
+    parsed = parse_summary(termination_message(failed))
+    assert parsed is not None
+    assert (parsed.complete, parsed.stop_reason) == (False, "the engine failed: CUDA error")
+    assert run_summary(sweep_report(2)).stop_reason is None  # a complete run has none
+
+
+def test_the_headline_is_the_recommended_point_else_the_fastest() -> None:
+    slow = BenchmarkSummary(strategy="throughput x8", batch_size=8, output_tokens_per_second=100.0)
+    fast = BenchmarkSummary(strategy="throughput x64", batch_size=64, output_tokens_per_second=400.0)
+    within_budget = RunSummary(run_id="r", complete=True, results=[slow, fast], recommended=0)
+    chosen = headline(within_budget)
+    assert chosen is not None
+    assert (chosen.strategy, chosen.batch_size) == ("throughput x8", 8)
+    no_recommendation = headline(within_budget.model_copy(update={"recommended": None}))
+    assert no_recommendation is not None
+    assert no_recommendation.batch_size == 64
+    # With benchmarks left out of a shrunk summary the index no longer names an entry of this list.
+    shrunk = headline(within_budget.model_copy(update={"omitted_benchmarks": 3}))
+    assert shrunk is not None
+    assert shrunk.batch_size == 64
+    assert headline(RunSummary(run_id="r", complete=False, results=[])) is None

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.cli import _port
+from batchmark.runner.arguments import port_number
 
 Subparsers = Any  # argparse's _SubParsersAction, which it does not export
 
@@ -67,9 +67,9 @@ def register_operator(commands: Subparsers) -> None:
         "--namespace", action="append", metavar="NS", help="watch this namespace (repeatable; default: all)"
     )
     parser.add_argument("--metrics-address", default="0.0.0.0", help="address of /metrics (default 0.0.0.0)")
-    parser.add_argument("--metrics-port", type=_port, default=8080, help="port of /metrics (default 8080)")
+    parser.add_argument("--metrics-port", type=port_number, default=8080, help="port of /metrics (default 8080)")
     parser.add_argument("--health-address", default="0.0.0.0", help="address of /healthz (default 0.0.0.0)")
-    parser.add_argument("--health-port", type=_port, default=8081, help="port of /healthz (default 8081)")
+    parser.add_argument("--health-port", type=port_number, default=8081, help="port of /healthz (default 8081)")
     parser.add_argument(
         "--defaults",
         type=Path,

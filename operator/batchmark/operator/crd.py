@@ -162,6 +162,13 @@ def _printer_columns() -> list[dict[str, Any]]:
         column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
         column("P99", "number", ".status.headline.latencyP99Seconds", "p99 request latency, seconds.", 1),
         column("Engine", "string", ".spec.backend.engine", "vllm or simulated.", 1),
+        column(
+            "Best-Batch",
+            "integer",
+            ".status.headline.batchSize",
+            "Batch size of the headline benchmark (a sweep's recommended point).",
+            1,
+        ),
     ]
 
 

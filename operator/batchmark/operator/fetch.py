@@ -41,7 +41,7 @@ def fetch_report(kube: Kube, namespace: str, name: str) -> RunReport:
         raise UsageError(f"{namespace}/{name} has not finished (phase {phase or 'unknown'}); wait for it first")
     config_map_name = status.get("resultsConfigMap") or f"{name}-results"
     try:
-        config_map = kube._plain(kube.core.read_namespaced_config_map(config_map_name, namespace))
+        config_map = kube.get_config_map(namespace, config_map_name)
     except ApiException as error:
         raise UsageError(f"cannot read ConfigMap {namespace}/{config_map_name}: {error.reason}") from None
     try:

@@ -2,12 +2,20 @@
 
 The handlers live in their own registry (not kopf's global one), so an operator can run in a thread of a
 test process and a second one can start after it.
+
+The benchmarks' Jobs, pods and Workloads are kept in kopf's indices (batchmark.operator.watched), and their
+events are handled in kopf's event loop: an event that changes nothing the status reads costs no thread, and a
+refresh is handed to a worker thread only when none is already waiting for that benchmark (the waiting one
+reads the state after this event too). With hundreds of benchmarks, every runner's progress patch and every
+pod update is an event: queued one thread-pool job each, they delayed the ones that matter.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -18,9 +26,19 @@ from batchmark.operator import kueue
 from batchmark.operator.api import GROUP, PLURAL, VERSION
 from batchmark.operator.reconcile import Reconciler
 from batchmark.operator.status import benchmark_signature, child_signature
+from batchmark.operator.watched import (
+    JOBS_INDEX,
+    PODS_INDEX,
+    WORKLOADS_INDEX,
+    IndexedChildren,
+    job_entry,
+    pod_entry,
+    workload_entry,
+)
 
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
+WORKERS = 16  # threads for the handlers' synchronous API calls (kopf's executor)
 
 
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -46,6 +64,9 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         # As kubectl: the pod's service account, else the kubeconfig (the local cluster's pods are processes).
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
+    workers: dict[str, concurrent.futures.Executor] = {}
+    waiting: set[tuple[str, str]] = set()  # benchmarks whose refresh waits for a worker thread
+
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Progress in annotations: the status belongs to the schema (and its two writers), not to kopf.
@@ -54,36 +75,73 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         settings.persistence.finalizer = f"{GROUP}/operator"
         settings.posting.level = 30  # only warnings and errors become events; transitions are posted by us
         settings.posting.reporting_component = "batchmark-operator"
-        settings.execution.max_workers = 16
+        settings.execution.max_workers = WORKERS
+        workers["executor"] = settings.execution.executor
+
+    def bind(indices: Mapping[str, Any]) -> None:
+        """Point the reconciler at kopf's indices (every handler is handed them)."""
+        reconciler.children = IndexedChildren(indices, reconciler.api_children)
+
+    async def refresh_soon(namespace: str, name: str) -> None:
+        """Refresh on a worker thread, unless a refresh of this benchmark waits for one already."""
+        key = (namespace, name)
+        if key in waiting:
+            return
+        waiting.add(key)
+
+        def run() -> None:
+            waiting.discard(key)  # from here on, a new event needs a refresh of its own
+            timed(lambda: reconciler.refresh(namespace, name))
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(workers.get("executor"), run)
+        finally:
+            waiting.discard(key)
+
+    @kopf.index("batch", "v1", "jobs", labels=BENCHMARK_LABELS, id=JOBS_INDEX, registry=registry)
+    async def benchmark_jobs(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+        return job_entry(namespace, labels, body)
+
+    @kopf.index("", "v1", "pods", labels=BENCHMARK_LABELS, id=PODS_INDEX, registry=registry)
+    async def benchmark_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+        return pod_entry(namespace, labels, body)
+
+    @kopf.index(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "workloads", id=WORKLOADS_INDEX, registry=registry)
+    async def job_workloads(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+        return workload_entry(namespace, labels, body)
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    def created(body: kopf.Body, **_: Any) -> None:
+    def created(body: kopf.Body, **kwargs: Any) -> None:
+        bind(kwargs)
         timed(lambda: reconciler.ensure(body))
 
     @kopf.on.field(GROUP, VERSION, PLURAL, field="spec.cancel", registry=registry)
-    def cancel_changed(namespace: str | None, name: str, new: Any, **_: Any) -> None:
+    def cancel_changed(namespace: str | None, name: str, new: Any, **kwargs: Any) -> None:
+        bind(kwargs)
         if new and namespace:
             timed(lambda: reconciler.cancel(namespace, name))
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def resource_changed(type: str, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+    async def resource_changed(type: str, namespace: str | None, name: str, body: kopf.Body, **kwargs: Any) -> None:
+        bind(kwargs)
         if not namespace:
             return
         if type == "DELETED":
             reconciler.forget(namespace, name)
         # Also on the initial listing (type None): a restarted operator restores its result gauges.
         elif reconciler.worth_refreshing(("benchmark", namespace, name), benchmark_signature(body)):
-            timed(lambda: reconciler.refresh(namespace, name))
+            await refresh_soon(namespace, name)
 
-    def child_changed(kind: str) -> Callable[..., None]:
-        def handler(
-            type: str, namespace: str | None, name: str, labels: kopf.Labels, body: kopf.Body, **_: Any
+    def child_changed(kind: str) -> Callable[..., Any]:
+        async def handler(
+            type: str, namespace: str | None, name: str, labels: kopf.Labels, body: kopf.Body, **kwargs: Any
         ) -> None:
+            bind(kwargs)
             benchmark = labels.get("batchmark.dev/benchmark")
             signature = None if type == "DELETED" else child_signature(kind, body)
             if benchmark and namespace and reconciler.worth_refreshing((kind, namespace, name), signature):
-                timed(lambda: reconciler.refresh(namespace, benchmark))
+                await refresh_soon(namespace, benchmark)
 
         return handler
 
@@ -91,12 +149,17 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     kopf.on.event("", "v1", "pods", labels=BENCHMARK_LABELS, registry=registry)(child_changed("Pod"))
 
     # Kueue's Workload of a queued benchmark's Job (Job name = benchmark name): admission, the reason it waits,
-    # preemption. Served from when Kueue's CRDs exist (kopf follows the CRDs).
+    # preemption. Served from when Kueue's CRDs exist (kopf follows the CRDs). Kueue rewrites a waiting
+    # Workload's status often (each scheduling attempt): only what the status reads counts.
     @kopf.on.event(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "workloads", registry=registry)
-    def workload_changed(namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+    async def workload_changed(
+        type: str, namespace: str | None, name: str, meta: kopf.Meta, body: kopf.Body, **kwargs: Any
+    ) -> None:
+        bind(kwargs)
         owners = meta.get("ownerReferences") or []
         job = next((owner["name"] for owner in owners if owner.get("kind") == "Job"), None)
-        if job and namespace:
-            timed(lambda: reconciler.refresh(namespace, job))
+        signature = None if type == "DELETED" else (kueue.WorkloadView.from_dict(body),)
+        if job and namespace and reconciler.worth_refreshing(("Workload", namespace, name), signature):
+            await refresh_soon(namespace, job)
 
     return registry

@@ -25,6 +25,7 @@ class WorkloadView:
     """What the status needs of the Workload Kueue made for a benchmark's Job."""
 
     name: str
+    active: bool = True  # spec.active: false once deactivated (a cancelled benchmark), and Kueue evicts it
     admitted: bool = False
     # While not admitted: Kueue's reason (Pending, Inadmissible, Preempted, ...) and message, e.g. "couldn't
     # assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpus, 1 more needed".
@@ -51,6 +52,7 @@ class WorkloadView:
         why = evicted if evicted.get("status") == "True" else reserved
         return cls(
             name=str((workload.get("metadata") or {}).get("name", "")),
+            active=bool((workload.get("spec") or {}).get("active", True)),
             admitted=admitted.get("status") == "True",
             reason=str(why.get("reason") or "Pending"),
             message=str(why.get("message") or "waiting for Kueue to consider the Workload"),

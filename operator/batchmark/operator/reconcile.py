@@ -5,7 +5,7 @@
 - ``refresh``: read the resource, its Job and pods, let ``status.build_status`` decide, patch what changed,
   record an event for each transition; copy results from the termination message when the runner could not.
 - ``cancel``: suspend the Job, so its pod gets SIGTERM and the runner writes its partial results (a Job
-  queued through Kueue: deactivate its Workload too, or Kueue would unsuspend it).
+  queued through Kueue: deactivate its Workload instead, and Kueue suspends the Job).
 
 A benchmark with ``spec.queueName`` is refused where Kueue is not installed or its LocalQueue does not exist;
 otherwise its Job is created suspended for Kueue to admit (batchmark.operator.kueue), and Kueue's Workload
@@ -26,9 +26,9 @@ from pydantic import ValidationError
 from batchmark.operator import children, kueue
 from batchmark.operator.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
 from batchmark.operator.kube import Kube, KueueApi
-from batchmark.operator.kueue import WorkloadView
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
+from batchmark.operator.watched import ApiChildren, Children
 from batchmark.runner.summary import headline, parse_summary
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,9 @@ class Reconciler:
     def __init__(self, kube: Kube, defaults: OperatorDefaults | None = None, metrics: OperatorMetrics | None = None):
         self.kube = kube
         self.kueue = KueueApi(kube.api)
+        # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (handlers.py).
+        self.api_children = ApiChildren(kube, self.kueue)
+        self.children: Children = self.api_children
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
         self._locks: dict[tuple[str, str], threading.RLock] = {}
@@ -96,7 +99,7 @@ class Reconciler:
         except QueueRefused as refusal:
             self.refresh(namespace, name, invalid=refusal.message, invalid_reason=refusal.reason)
             return
-        if spec.cancel and self.kube.get_job(namespace, name) is None:
+        if spec.cancel and self.children.job(namespace, name) is None:
             self.refresh(namespace, name)
             return
         if status.get("phase") is None:
@@ -115,7 +118,8 @@ class Reconciler:
             ):
                 created = self.kube.create(manifest)
             # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
-            self.refresh(namespace, name, extra={"resultsConfigMap": owner.results_config_map}, new_job=created)
+            extra = {"resultsConfigMap": owner.results_config_map}
+            self.refresh(namespace, name, extra=extra, created_job=job if created else None)
 
     def _workload_priority_class(self, spec: BatchBenchmarkSpec, namespace: str) -> str | None:
         """For a queued benchmark: check Kueue and the LocalQueue are there, and return the
@@ -143,29 +147,35 @@ class Reconciler:
         name: str,
         invalid: str | None = None,
         extra: Mapping[str, Any] | None = None,
-        new_job: bool = False,
+        created_job: Mapping[str, Any] | None = None,
         invalid_reason: str = "InvalidConfig",
     ) -> StatusUpdate | None:
+        """Build the status from what is observed now and patch what changed; ``created_job``: the manifest
+        of the Job the caller has just created (no watch has seen it yet, and it has no pod)."""
         with self._locked(namespace, name):
             body = self.kube.get_benchmark(namespace, name)
             if body is None:
                 return None
             stored: dict[str, Any] = body.get("status") or {}
-            job = self.kube.get_job(namespace, name)
-            listed = self.kube.list_pods(namespace, name) if job and not new_job else []
-            pods = [PodView.from_dict(pod) for pod in listed]
-            queued = job is not None and kueue.QUEUE_NAME_LABEL in (job["metadata"].get("labels") or {})
-            workload = self.kueue.workload_of(namespace, job["metadata"]["uid"]) if job and queued else None
+            job = self.children.job(namespace, name)
+            if job is None and created_job is not None:
+                job = JobView.from_dict(created_job)
+            pods = self.children.pods(namespace, name) if job and created_job is None else []
+            queued = job is not None and job.queued
+            workload = self.children.workload(namespace, job.uid) if job and queued and job.uid else None
+            cancel = bool((body.get("spec") or {}).get("cancel"))
+            if cancel and workload is not None and workload.active:
+                self.kueue.deactivate(namespace, workload.name)
             observation = Observation(
                 generation=int(body["metadata"].get("generation") or 1),
-                cancel=bool((body.get("spec") or {}).get("cancel")),
+                cancel=cancel,
                 status=stored,
-                job=JobView.from_dict(job) if job else None,
+                job=job,
                 pods=pods,
                 invalid=invalid if stored.get("phase") is None or stored.get("phase") == "Pending" else None,
                 invalid_reason=invalid_reason,
                 queued=queued,
-                workload=WorkloadView.from_dict(workload) if workload else None,
+                workload=workload,
             )
             update = build_status(observation)
             fields = {**update.fields, **(extra or {})}
@@ -183,12 +193,15 @@ class Reconciler:
             return update
 
     def cancel(self, namespace: str, name: str) -> None:
+        """Stop the benchmark, keeping its Job (and the results its pod writes on SIGTERM).
+
+        A Job that Kueue manages is stopped through Kueue: ``refresh`` deactivates its Workload (also one Kueue
+        makes only later), and Kueue evicts it and suspends the Job itself. Suspending it here as well would race
+        with Kueue, which resumes a suspended Job whose Workload is still admitted: a new pod would start, and be
+        stopped again while its engine loads, writing empty results over the cancelled run's."""
         job = self.kube.get_job(namespace, name)
-        if job is not None and kueue.QUEUE_NAME_LABEL in (job["metadata"].get("labels") or {}):
-            workload = self.kueue.workload_of(namespace, job["metadata"]["uid"])
-            if workload is not None:
-                self.kueue.deactivate(namespace, workload["metadata"]["name"])
-        self.kube.suspend_job(namespace, name)
+        if job is not None and kueue.QUEUE_NAME_LABEL not in (job["metadata"].get("labels") or {}):
+            self.kube.suspend_job(namespace, name)
         self.refresh(namespace, name)
 
     def forget(self, namespace: str, name: str) -> None:
@@ -244,7 +257,7 @@ def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:
         fields: dict[str, Any] = {"results": results, "runId": summary.run_id}
         if summary.engine is not None:
             fields["engine"] = summary.engine.model_dump(mode="json", by_alias=True, exclude_none=True)
-        best = headline(summary.results)
+        best = headline(summary)
         if best is not None:
             fields["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
         return fields

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
-from batchmark.operator.kueue import WorkloadView
+from batchmark.operator.kueue import QUEUE_NAME_LABEL, WorkloadView
+from batchmark.runner.summary import parse_summary
 
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = ("Scheduled", "EngineLoaded", "Complete", "Failed")
@@ -101,6 +102,8 @@ class JobView:
     failed_reason: str | None = None  # DeadlineExceeded, BackoffLimitExceeded, ...
     failed_message: str | None = None
     completion_time: str | None = None
+    uid: str = ""  # Kueue's Workload for the Job carries it
+    queued: bool = False  # created with Kueue's queue-name label (spec.queueName)
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> JobView:
@@ -130,6 +133,8 @@ class JobView:
             failed_reason=failed_reason,
             failed_message=failed_message,
             completion_time=str(finished_at) if finished_at else None,
+            uid=str(metadata.get("uid") or ""),
+            queued=QUEUE_NAME_LABEL in (metadata.get("labels") or {}),
         )
 
 
@@ -297,7 +302,7 @@ def _running_phase(
 def _failure(job: JobView, pod: PodView | None) -> tuple[Phase, str, str]:
     if job.failed_reason == "DeadlineExceeded":
         return "Failed", "DeadlineExceeded", job.failed_message or "the benchmark ran past spec.timeout"
-    told = _last_lines(pod.termination_message) if pod is not None and pod.termination_message else ""
+    told = _runner_message(pod.termination_message) if pod is not None and pod.termination_message else ""
     if pod is not None and pod.terminated_reason == "OOMKilled":
         return "Failed", "OOMKilled", "the runner ran out of memory (raise spec.resources.limits.memory)"
     if pod is not None and pod.exit_code == _EXIT_USAGE:
@@ -305,6 +310,18 @@ def _failure(job: JobView, pod: PodView | None) -> tuple[Phase, str, str]:
     if pod is not None and pod.exit_code is not None and told:
         return "Failed", "EngineError", told
     return "Failed", job.failed_reason or "BackoffLimitExceeded", job.failed_message or "the benchmark's pods failed"
+
+
+def _runner_message(text: str) -> str:
+    """What the runner said when it failed: its summary's stop reason when it left a summary (a failed engine
+    still writes its partial results), else the end of its log tail (FallbackToLogsOnError)."""
+    summary = parse_summary(text)
+    if summary is None:
+        return _last_lines(text)
+    stopped = [result.stop_reason for result in summary.results if result.stop_reason]
+    reason = summary.stop_reason or (stopped[-1] if stopped else "")
+    done = f" (the results of {len(summary.results)} benchmark(s) are kept)" if summary.results else ""
+    return f"{reason}{done}" if reason else ""
 
 
 def _last_lines(text: str, lines: int = 6) -> str:

@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_snake
 from rich.console import Console
 
 from batchmark.runner import __version__
+from batchmark.runner.arguments import port_number
 from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
 from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import mp_context_name
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar or banner; the summary only")
     run.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port_number,
         help="serve Prometheus metrics on this port at /metrics while the run lasts (0: any free port; default: off)",
     )
     run.add_argument(
@@ -173,16 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
     for entry_point in importlib.metadata.entry_points(group="batchmark.commands"):
         entry_point.load()(commands)
     return parser
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
-    return port
 
 
 MAX_LINGER_SECONDS = 3600.0  # an hour: far beyond any scrape interval

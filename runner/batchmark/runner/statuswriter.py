@@ -220,7 +220,7 @@ class StatusWriter(RunObserver):
             "engine": engine_status(report.engine).model_dump(mode="json", by_alias=True, exclude_none=True),
             "results": [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in summary.results],
         }
-        best = headline(summary.results)
+        best = headline(summary)
         if best is not None:
             status["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
         if self.target.results_config_map:

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 from batchmark.runner.results import BenchmarkResult, EngineSummary, RunReport
 
 TERMINATION_MESSAGE_LIMIT = 4096
+STOP_REASON_LIMIT = 1024  # a run's stop reason may carry an engine's error; it must leave room for the rest
 
 
 class SummaryModel(BaseModel):
@@ -89,6 +90,10 @@ class RunSummary(SummaryModel):
 
     run_id: str = Field(description="Unique id of the run.")
     complete: bool = Field(description="False when the run was interrupted before its end.")
+    stop_reason: str | None = Field(
+        default=None,
+        description="Why an interrupted run ended (the engine failed, a signal); none when it completed.",
+    )
     engine: EngineStatus | None = Field(default=None, description="The engine that ran.")
     results: list[BenchmarkSummary] = Field(description="One entry per benchmark, in run order.")
     omitted_benchmarks: int = Field(
@@ -152,6 +157,7 @@ def run_summary(report: RunReport) -> RunSummary:
     return RunSummary(
         run_id=report.run_id,
         complete=report.complete,
+        stop_reason=report.stop_reason[:STOP_REASON_LIMIT] if report.stop_reason is not None else None,
         engine=engine_status(report.engine),
         results=[benchmark_summary(result) for result in report.benchmarks],
         recommended=report.recommendation.benchmark if report.recommendation is not None else None,
@@ -265,22 +271,34 @@ class ProgressStatus(SummaryModel):
 
 
 class Headline(SummaryModel):
-    """The figures kubectl get shows: the benchmark with the highest output throughput."""
+    """The figures kubectl get shows: the run's recommended benchmark, or the one with the highest output
+    throughput when the run recommends none."""
 
     strategy: str = Field(description="Which benchmark of the run.")
+    batch_size: int | None = Field(
+        default=None, description="The micro-batch size it ran with (differs per sweep point)."
+    )
     output_tokens_per_second: float | None = Field(default=None, description="Generated tokens per second.")
     requests_per_second: float | None = Field(default=None, description="Completed requests per second.")
     latency_p50_seconds: float | None = Field(default=None, description="Median request latency, seconds.")
     latency_p99_seconds: float | None = Field(default=None, description="99th percentile request latency, seconds.")
 
 
-def headline(results: Sequence[BenchmarkSummary]) -> Headline | None:
-    """The benchmark with the highest output throughput, or None for a run of no benchmark."""
+def headline(summary: RunSummary) -> Headline | None:
+    """The recommended benchmark (under the latency budget, when the run has one), else the one with the highest
+    output throughput; None for a run of no benchmark."""
+    results = summary.results
     if not results:
         return None
-    best = max(results, key=lambda result: result.output_tokens_per_second or 0.0)
+    # The index is into the full report: it names an entry here only when none was left out to fit.
+    recommended = summary.recommended
+    if recommended is not None and summary.omitted_benchmarks == 0 and 0 <= recommended < len(results):
+        best = results[recommended]
+    else:
+        best = max(results, key=lambda result: result.output_tokens_per_second or 0.0)
     return Headline(
         strategy=best.strategy,
+        batch_size=best.batch_size,
         output_tokens_per_second=best.output_tokens_per_second,
         requests_per_second=best.requests_per_second,
         latency_p50_seconds=best.latency_p50_seconds,

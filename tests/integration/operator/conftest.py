@@ -70,7 +70,7 @@ def free_port() -> int:
 
 @dataclass
 class OperatorProcess:
-    """`batchmark operator` as a real process (as the chart runs it), watching all namespaces."""
+    """`batchmark operator` as a real process (as the chart runs it), watching all namespaces or those given."""
 
     cluster: KubeCluster
     log_path: Path
@@ -78,11 +78,14 @@ class OperatorProcess:
     health_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     kubeconfig: Path | None = None  # default: the cluster's admin
+    namespaces: tuple[str, ...] = ()  # --namespace, each; none: all namespaces
 
     def start(self) -> None:
         command = [sys.executable, "-m", "batchmark.runner.cli", "operator"]
         command += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         command += ["--health-address", "127.0.0.1", "--health-port", str(self.health_port)]
+        for namespace in self.namespaces:
+            command += ["--namespace", namespace]
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig or self.cluster.kubeconfig)}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)

@@ -106,8 +106,9 @@ def test_lifecycle_columns_wait_events_and_results(
     assert float(row[5]) > 0
     assert float(row[6]) > 0
     wide = cluster.kubectl("get", "bb", "-n", kube_namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-2:] == ["P99", "ENGINE"]
-    assert wide[1].split()[-1] == "simulated"
+    assert wide[0].split()[-3:] == ["P99", "ENGINE", "BEST-BATCH"]
+    assert wide[1].split()[-2:] == ["simulated", "16"]
+    assert status["headline"]["batchSize"] == 16
 
     events = json.loads(
         cluster.kubectl(

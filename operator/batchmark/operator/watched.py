@@ -1,0 +1,95 @@
+"""What the operator knows of each benchmark's Job, pods and Kueue Workload, when it builds a status.
+
+``ApiChildren`` reads them from the API server: a GET of the Job, a LIST of its pods, a LIST of Workloads.
+Done on every event of every benchmark, those reads were most of the operator's calls to the API server, and
+under load its latency was the time its calls waited there. ``IndexedChildren`` reads them from kopf's indices
+instead: kopf keeps them from the watch streams it runs anyway, fills them before it calls any handler (after a
+restart too), and updates them from each event before it calls that event's handlers, so a handler that a
+change woke reads that change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from batchmark.operator.kube import Kube, KueueApi
+from batchmark.operator.kueue import JOB_UID_LABEL, WorkloadView
+from batchmark.operator.status import JobView, PodView
+
+BENCHMARK_LABEL = "batchmark.dev/benchmark"
+# kopf's names of the indices (the index functions' names, handlers.py).
+JOBS_INDEX = "benchmark_jobs"
+PODS_INDEX = "benchmark_pods"
+WORKLOADS_INDEX = "job_workloads"
+
+
+class Children(Protocol):
+    """A benchmark's Job (same name), its pods, and the Workload Kueue made for the Job."""
+
+    def job(self, namespace: str, name: str) -> JobView | None: ...
+
+    def pods(self, namespace: str, name: str) -> list[PodView]: ...
+
+    def workload(self, namespace: str, job_uid: str) -> WorkloadView | None: ...
+
+
+class ApiChildren:
+    """Read from the API server, at the moment of asking."""
+
+    def __init__(self, kube: Kube, kueue: KueueApi) -> None:
+        self.kube = kube
+        self.kueue = kueue
+
+    def job(self, namespace: str, name: str) -> JobView | None:
+        found = self.kube.get_job(namespace, name)
+        return JobView.from_dict(found) if found is not None else None
+
+    def pods(self, namespace: str, name: str) -> list[PodView]:
+        return [PodView.from_dict(pod) for pod in self.kube.list_pods(namespace, name)]
+
+    def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
+        found = self.kueue.workload_of(namespace, job_uid)
+        return WorkloadView.from_dict(found) if found is not None else None
+
+
+# The index functions: each object of the kind, as the view the status reads, under the key it is looked up by.
+def job_entry(namespace: str | None, labels: Mapping[str, str], body: Mapping[str, Any]) -> dict[Any, Any] | None:
+    benchmark = labels.get(BENCHMARK_LABEL)
+    return {(namespace, benchmark): JobView.from_dict(body)} if namespace and benchmark else None
+
+
+def pod_entry(namespace: str | None, labels: Mapping[str, str], body: Mapping[str, Any]) -> dict[Any, Any] | None:
+    benchmark = labels.get(BENCHMARK_LABEL)
+    return {(namespace, benchmark): PodView.from_dict(body)} if namespace and benchmark else None
+
+
+def workload_entry(namespace: str | None, labels: Mapping[str, str], body: Mapping[str, Any]) -> dict[Any, Any] | None:
+    job_uid = labels.get(JOB_UID_LABEL)
+    return {(namespace, job_uid): WorkloadView.from_dict(body)} if namespace and job_uid else None
+
+
+class IndexedChildren:
+    """Read from kopf's indices (``indices``: the ``kopf.Index`` objects kopf hands every handler, by name).
+
+    A Workload the index does not hold is looked for in the API server (``api``): Kueue makes it only after
+    the Job, and its index starts only once Kueue's CRDs exist, which may be long after the operator started;
+    a lookup that finds nothing there must not be taken for a Workload that does not exist.
+    """
+
+    def __init__(self, indices: Mapping[str, Any], api: ApiChildren) -> None:
+        self.jobs = indices[JOBS_INDEX]
+        self.pods_index = indices[PODS_INDEX]
+        self.workloads = indices[WORKLOADS_INDEX]
+        self.api = api
+
+    def job(self, namespace: str, name: str) -> JobView | None:
+        found: list[JobView] = list(self.jobs.get((namespace, name), ()))
+        return max(found, key=lambda job: job.created) if found else None
+
+    def pods(self, namespace: str, name: str) -> list[PodView]:
+        return list(self.pods_index.get((namespace, name), ()))
+
+    def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
+        found: list[WorkloadView] = list(self.workloads.get((namespace, job_uid), ()))
+        return found[0] if found else self.api.workload(namespace, job_uid)

@@ -1,0 +1,56 @@
+"""`batchmark operator --namespace NS` serves the BatchBenchmarks of NS and leaves every other namespace's
+alone: no status, no finalizer, no Job (another team's operator may own those)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.client import BatchV1Api
+
+from tests.integration.operator.conftest import (
+    OperatorProcess,
+    benchmark,
+    example,
+    kubectl_apply,
+    wait_for_phase,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+
+
+def test_a_namespaced_operator_ignores_another_namespaces_benchmark(
+    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
+) -> None:
+    cluster = batchmark_operator.cluster
+    other = f"test-other-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", other)
+    # The session's operator (all namespaces) steps aside while this one works; it comes back for the others.
+    batchmark_operator.stop()
+    watching = OperatorProcess(cluster, tmp_path / "operator.log", namespaces=(kube_namespace,))
+    try:
+        watching.start()
+        manifest = example("simulated-throughput.yaml", name="watched")
+        manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 20}]
+        ignored = example("simulated-throughput.yaml", name="ignored")
+        ignored["spec"]["constraints"] = [{"kind": "max_requests", "count": 20}]
+        assert kubectl_apply(cluster, other, yaml.safe_dump(ignored)).returncode == 0
+        assert kubectl_apply(cluster, kube_namespace, yaml.safe_dump(manifest)).returncode == 0
+        found = wait_for_phase(cluster, kube_namespace, "watched", {"Succeeded", "Failed"}, 180)
+        assert found["status"]["phase"] == "Succeeded", found["status"]
+        time.sleep(2)  # the ignored one was applied first: any handling of it would have shown by now
+        untouched = benchmark(cluster, other, "ignored")
+        assert "status" not in untouched, untouched.get("status")
+        assert not untouched["metadata"].get("finalizers")
+        assert not [
+            key for key in untouched["metadata"].get("annotations") or {} if key.startswith("batchmark.dev/")
+        ]
+        assert BatchV1Api(cluster.api_client()).list_namespaced_job(other).items == []
+        watching.assert_alive()
+    finally:
+        watching.stop()
+        batchmark_operator.start()
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
