@@ -97,27 +97,33 @@ def vllm_lock(engine: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def end_leftovers(probe_dir: Path) -> int:
-    """End the processes this run started that are still there (by pid, checked to be this run's)."""
-    ended = 0
+def end_leftovers(probe_dir: Path) -> list[str]:
+    """End the processes this run started that are still there (by pid, checked to be this run's); returns
+    each one's pid and name (``VLLM::EngineCore`` and the like) so that a run that leaks is on record."""
+    ended = []
     marker = f"BATCHMARK_PROBE_DIR={probe_dir}".encode()
-    for pid in pids(probe_dir):
+    for pid in sorted(pids(probe_dir)):
         try:
             if marker not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 continue
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
             os.kill(pid, signal.SIGKILL)
-            ended += 1
+            ended.append(f"{pid} {name}")
         except (OSError, ProcessLookupError):
             continue
     return ended
 
 
+def vllm_processes() -> list[str]:
+    """``pgrep -af '^VLLM::'``: vLLM's engine processes on the machine (under the lock, none should be)."""
+    found = subprocess.run(["pgrep", "-af", "^VLLM::"], capture_output=True, text=True, check=False)
+    return found.stdout.splitlines()
+
+
 def execute(command: list[str], env: dict[str, str], log: Path) -> float:
     started = time.monotonic()
     with log.open("w") as output:
-        completed = subprocess.run(
-            command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=1800, check=False
-        )
+        completed = subprocess.run(command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=1800, check=False)
     if completed.returncode != 0:
         raise RuntimeError(f"{command[:4]} failed ({completed.returncode}):\n{log.read_text()[-3000:]}")
     return time.monotonic() - started
@@ -162,11 +168,14 @@ def measure(
     else:
         dispatch = tool.removeprefix("batchmark_")
         command = batchmark_command(model, engine, batch_size, requests, dispatch, out, workdir)
+    load_before = os.getloadavg()[0]
     try:
         wall = execute(command, env, out.with_suffix(".log"))
     finally:
         time.sleep(1.5)  # the probe's last writes
+        vllm_after = vllm_processes()
         leftovers = end_leftovers(probe_dir)
+    load_after = os.getloadavg()[0]
     figures = analyse(probe_dir)
     window = figures["window_seconds"]
     row: dict[str, Any] = {
@@ -177,7 +186,10 @@ def measure(
         "output_tokens_per_second": requests * OUTPUT_TOKENS / window,
         "window_seconds": window,
         "wall_seconds": wall,
-        "processes_left_behind": leftovers,
+        "processes_left_behind": len(leftovers),
+        "left_behind": leftovers,
+        "vllm_processes_after": vllm_after,
+        "load_average": [load_before, load_after],
     }
     if tool != "guidellm":
         [result] = json.loads(out.read_text())["benchmarks"]
@@ -189,6 +201,10 @@ def measure(
             "engine_steps_per_1000_requests": result["engine_steps_per_1000_requests"],
             "harness_cpu_per_request": result["harness_cpu_per_request"],
             "output_tokens_per_second": result["throughput"]["output_tokens_per_second"],
+            "measured_duration": result["measured_duration"],
+            "duration": result["duration"],
+            "engine_steps": result["engine_steps"],
+            "output_tokens": result["tokens"]["output"],
         }
     return row
 
@@ -204,22 +220,55 @@ def spread(values: list[float]) -> dict[str, float] | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def same_round_ratios(rounds: list[dict[str, Any]], tool: str, reference: str, key: str) -> list[float]:
+    """``tool``'s figure over ``reference``'s, each round on its own: the two ran minutes apart under the same
+    lock, so the machine's slower and faster stretches move both sides of a ratio more than either figure."""
+    return [
+        measured[tool][key] / measured[reference][key]
+        for measured in rounds
+        if tool in measured and reference in measured and measured[reference][key]
+    ]
+
+
+def window_split(row: dict[str, Any], requests: int) -> tuple[float, float]:
+    """batchmark's own utilisation against the probe's, split in two: over the probe's window (the engine
+    time each counted, like for like) and the seconds batchmark's window starts before the probe's (from the
+    benchmark's start to the first engine call: the engine idle while the first batch was prepared).
+
+    batchmark's window is its measured duration (in rows recorded before it was kept: every request's output
+    tokens over its own output throughput, as every request completes in these runs)."""
+    own = row["own"]
+    measured = own.get("measured_duration") or requests * OUTPUT_TOKENS / own["output_tokens_per_second"]
+    busy_seconds = own["engine_utilization"] * measured
+    return busy_seconds / row["window_seconds"] - row["busy"], measured - row["window_seconds"]
+
+
 def summarise(entry: dict[str, Any], tools: list[str]) -> None:
     summary: dict[str, Any] = {}
     for tool in tools:
         rows = [r[tool] for r in entry["rounds"] if tool in r]
         summary[tool] = {key: spread([row[key] for row in rows]) for key in FIGURES}
+        summary[tool]["load_average"] = spread([load for row in rows for load in row.get("load_average", [])])
+        if tool != "guidellm":
+            summary[tool]["throughput_over_guidellm"] = spread(
+                same_round_ratios(entry["rounds"], tool, "guidellm", "output_tokens_per_second")
+            )
         if rows and "own" in rows[0]:
             summary[tool]["own"] = {key: spread([row["own"][key] for row in rows]) for key in OWN}
             summary[tool]["own_minus_probe_busy"] = spread(
                 [row["own"]["engine_utilization"] - row["busy"] for row in rows]
             )
+            split = [window_split(row, entry["requests"]) for row in rows]
+            summary[tool]["own_minus_probe_same_window"] = spread([same for same, _ in split])
+            summary[tool]["idle_before_first_call"] = spread([idle for _, idle in split])
     entry["summary"] = summary
 
 
 def cell(value: dict[str, float] | None, fmt: str) -> str:
     if value is None:
         return "n/a"
+    if value["min"] == value["max"]:  # one round
+        return f"{value['median']:{fmt}}"
     return f"{value['median']:{fmt}} [{value['min']:{fmt}}–{value['max']:{fmt}}]"
 
 
@@ -227,9 +276,11 @@ def table(results: dict[str, Any]) -> str:
     lines = [
         f"#### {results['engine']} engine, vLLM {results['mode']} (median [min–max] of {results['rounds']} rounds)",
         "",
-        "| B | tool | busy (probe) | core busy (probe) | steps / 1k req | harness CPU ms / req | out tok/s "
-        "| own util | own − probe | overhead ms / batch |",
-        "|---:|---|---|---|---|---|---|---|---|---|",
+        "| B | tool | busy (probe) | core busy (probe) | steps / 1k req | own steps / 1k req "
+        "| harness CPU ms / req | out tok/s | × GuideLLM (same round) | own util | own − probe "
+        "| own − probe (probe's window) | idle before first call s | overhead ms / batch | load avg "
+        "| left behind |",
+        "|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for batch_size, entry in results["by_batch_size"].items():
         for tool, figures in entry.get("summary", {}).items():
@@ -240,15 +291,30 @@ def table(results: dict[str, Any]) -> str:
             cpu_ms = {key: value * 1000 for key, value in cpu.items()} if cpu else None
             overhead = own["dispatch_overhead_mean"] if own else None
             overhead_ms = {key: value * 1000 for key, value in overhead.items()} if overhead else None
+            left = sum(row[tool]["processes_left_behind"] for row in entry["rounds"] if tool in row)
             lines.append(
                 f"| {batch_size} | {tool.replace('_', ' ')} | {cell(figures['busy'], '.4f')} | "
                 f"{cell(figures['core_busy'], '.4f')} | {cell(figures['steps_per_1000_requests'], ',.0f')} | "
+                f"{cell(own['engine_steps_per_1000_requests'], ',.0f') if own else 'n/a'} | "
                 f"{cell(cpu_ms, '.3f')} | {cell(figures['output_tokens_per_second'], ',.0f')} | "
+                f"{cell(figures.get('throughput_over_guidellm'), '.2f')} | "
                 f"{cell(own['engine_utilization'], '.4f') if own else 'n/a'} | "
                 f"{cell(figures.get('own_minus_probe_busy'), '+.4f') if own else 'n/a'} | "
-                f"{cell(overhead_ms, '.2f')} |"
+                f"{cell(figures.get('own_minus_probe_same_window'), '+.4f') if own else 'n/a'} | "
+                f"{cell(figures.get('idle_before_first_call'), '.2f') if own else 'n/a'} | "
+                f"{cell(overhead_ms, '.2f')} | {cell(figures.get('load_average'), '.1f')} | {left} |"
             )
     return "\n".join(lines)
+
+
+def requests(batch_size: int, args: argparse.Namespace) -> int:
+    return max(256, int(args.requests_per_concurrency * 4 * batch_size))
+
+
+def rotated(items: list[str], round_index: int) -> list[str]:
+    """``items`` starting at the round's index: who runs first changes from round to round."""
+    shift = round_index % len(items)
+    return items[shift:] + items[:shift]
 
 
 def main() -> None:
@@ -260,46 +326,72 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests-per-concurrency", type=float, default=2.0)
     parser.add_argument("--output-suffix", default="")
+    parser.add_argument("--resume", action="store_true", help="add the rounds to the results files already there")
+    parser.add_argument("--report-only", action="store_true", help="print the tables of the results files there")
     args = parser.parse_args()
     model = ensure_model()
     tools = args.tools.split(",")
     (HERE / "results").mkdir(exist_ok=True)
+    batch_sizes = [int(value) for value in args.batch_sizes.split(",")]
     for engine in args.engines.split(","):
         # The simulated stand-in has no engine-core process: one mode.
         modes = args.modes.split(",") if engine == "vllm" else ["inprocess"]
+        if args.report_only:
+            for mode in modes:
+                path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
+                if path.exists():
+                    results = json.loads(path.read_text())
+                    for entry in results["by_batch_size"].values():
+                        summarise(entry, tools)
+                    print(table(results), flush=True)
+            continue
+        by_mode: dict[str, dict[str, Any]] = {}
         for mode in modes:
-            results: dict[str, Any] = {
+            path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
+            if args.resume and path.exists():
+                by_mode[mode] = json.loads(path.read_text())
+                for batch_size in batch_sizes:
+                    by_mode[mode]["by_batch_size"].setdefault(
+                        str(batch_size), {"requests": requests(batch_size, args), "rounds": []}
+                    )
+                continue
+            by_mode[mode] = {
                 "engine": engine,
                 "mode": mode,
-                "rounds": args.rounds,
+                "rounds": 0,
                 "machine": f"{os.cpu_count()} CPUs",
                 "prompt_tokens": PROMPT_TOKENS,
                 "output_tokens": OUTPUT_TOKENS,
-                "by_batch_size": {},
+                "by_batch_size": {
+                    str(batch_size): {"requests": requests(batch_size, args), "rounds": []}
+                    for batch_size in batch_sizes
+                },
             }
-            path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
-            with tempfile.TemporaryDirectory(prefix=f"engine-busy-{engine}-{mode}-") as temporary:
-                workdir = Path(temporary)
-                batch_sizes = [int(value) for value in args.batch_sizes.split(",")]
-                for batch_size in batch_sizes:
-                    count = max(256, int(args.requests_per_concurrency * 4 * batch_size))
-                    results["by_batch_size"][str(batch_size)] = {"requests": count, "rounds": []}
-                for round_index in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix=f"engine-busy-{engine}-") as temporary:
+            workdir = Path(temporary)
+            for _ in range(args.rounds):
+                # One lock per round (every batch size, both modes, every tool): a round is what the figures
+                # compare, and taking the lock again between its parts let other work wedge in for tens of
+                # minutes. Modes and tools alternate who runs first from round to round.
+                with vllm_lock(engine):
                     for batch_size in batch_sizes:
-                        entry = results["by_batch_size"][str(batch_size)]
-                        order = tools[round_index % len(tools) :] + tools[: round_index % len(tools)]
-                        measured: dict[str, Any] = {}
-                        with vllm_lock(engine):
-                            load = os.getloadavg()[0]
-                            for tool in order:
+                        for mode in rotated(modes, len(by_mode[modes[0]]["by_batch_size"][str(batch_size)]["rounds"])):
+                            results = by_mode[mode]
+                            entry = results["by_batch_size"][str(batch_size)]
+                            index = len(entry["rounds"])
+                            measured: dict[str, Any] = {"load_average": os.getloadavg()[0]}
+                            for tool in rotated(tools, index):
                                 measured[tool] = measure(
                                     tool, engine, mode, model, batch_size, entry["requests"], workdir
                                 )
-                        measured["load_average"] = load
-                        entry["rounds"].append(measured)
-                        summarise(entry, tools)
-                        path.write_text(json.dumps(results, indent=2))
-                        print(f"{engine} {mode} B={batch_size} round {round_index + 1} done", file=sys.stderr)
+                            entry["rounds"].append(measured)
+                            summarise(entry, tools)
+                            # So far: a stopped run's file says what it holds, and --resume continues it.
+                            results["rounds"] = max(len(e["rounds"]) for e in results["by_batch_size"].values())
+                            path = HERE / "results" / f"engine_busy-{engine}-{mode}{args.output_suffix}.json"
+                            path.write_text(json.dumps(results, indent=2))
+                            print(f"{engine} {mode} B={batch_size} round {index + 1} done", file=sys.stderr)
+        for results in by_mode.values():
             print(table(results), flush=True)
 
 

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import pytest
 
-from tests.cluster.controlplane import ClusterBinariesMissingError, ControlPlane, locate_binaries
+from tests.cluster.controlplane import Binaries, ClusterBinariesMissingError, ControlPlane, locate_binaries
 from tests.cluster.kueue import Kueue, locate_kueue
 
 # What tests see: the control plane, with `kubeconfig`, `server`, `api_client()`, `kubectl()`, `helm()`,
@@ -28,13 +28,18 @@ def _skip_or_fail(error: ClusterBinariesMissingError) -> NoReturn:
     pytest.skip(str(error))
 
 
+def required_binaries() -> Binaries:
+    """The built control-plane binaries; without them the calling test is skipped (fails in CI)."""
+    try:
+        return locate_binaries()
+    except ClusterBinariesMissingError as error:
+        _skip_or_fail(error)
+
+
 @pytest.fixture(scope="session")
 def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
     """One control plane for the whole session, with fake GPU nodes and the node agent running."""
-    try:
-        binaries = locate_binaries()
-    except ClusterBinariesMissingError as error:
-        _skip_or_fail(error)
+    binaries = required_binaries()
     # Under pytest's temporary folder, which keeps the logs of the last runs for post-mortems.
     control_plane = ControlPlane(tmp_path_factory.mktemp("kube-cluster"), binaries)
     try:

@@ -29,7 +29,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 _DIRECTORY = os.environ.get("BATCHMARK_PROBE_DIR")
 _SAMPLE_SECONDS = 0.1
@@ -208,13 +208,25 @@ class _PatchingLoader(importlib.abc.Loader):
 if _DIRECTORY:
     sys.meta_path.insert(0, _PatchAfterImport())
     threading.Thread(target=_sampler, name="batchmark-probe", daemon=True).start()
+    _PID = os.getpid()
 
     def _final() -> None:
+        if os.getpid() != _PID:
+            return  # a forked child holds a copy of its parent's record, not its own
         with contextlib.suppress(Exception):
             RECORD.sample()
             RECORD.dump()
 
     atexit.register(_final)
+    _exit = os._exit
+
+    def _final_then_exit(status: int) -> NoReturn:
+        """A process that ends with ``os._exit`` (batchmark's worker does, to skip torch's teardown) skips
+        atexit: without this its last second of records, its final calls and steps, would be lost."""
+        _final()
+        _exit(status)
+
+    os._exit = _final_then_exit
     with contextlib.suppress(ImportError):
         import multiprocessing.util
 

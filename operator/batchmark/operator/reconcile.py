@@ -5,7 +5,7 @@
 - ``refresh``: read the resource, its Job and pods, let ``status.build_status`` decide, patch what changed,
   record an event for each transition; copy results from the termination message when the runner could not.
 - ``cancel``: suspend the Job, so its pod gets SIGTERM and the runner writes its partial results (a Job
-  queued through Kueue: deactivate its Workload too, or Kueue would unsuspend it).
+  queued through Kueue: deactivate its Workload instead, and Kueue suspends the Job).
 
 A benchmark with ``spec.queueName`` is refused where Kueue is not installed or its LocalQueue does not exist;
 otherwise its Job is created suspended for Kueue to admit (batchmark.operator.kueue), and Kueue's Workload

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from batchmark.runner import __version__
 from batchmark.runner.arguments import port_number
+from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
 from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import mp_context_name
 from batchmark.runner.benchmark import BenchmarkRunner
@@ -384,6 +385,8 @@ def run_command(
         print_plain(console, f"serving metrics on {metrics_server.url}")
     report: RunReport | None = None
     code = EXIT_FAILED
+    if leftovers := leftover_engines_warning(engine_processes()):
+        print_warning(console, "run", leftovers)
     try:
         try:
             runner.start()

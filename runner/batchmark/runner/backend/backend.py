@@ -49,3 +49,10 @@ class VllmPythonBatchBackend:
 
     def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
         return self._ensure_engine().run_batch(items)
+
+    def close(self) -> None:
+        """Shut the engine down, if one was loaded; idempotent."""
+        with self._load_lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()

