@@ -115,15 +115,18 @@ class VllmSetup:
         report = json.loads(report_path.read_text()) if report_path.exists() else None
         return result, report
 
-    def start_batchmark(self, config: dict[str, Any], workdir: Path, **env: str) -> RunningBatchmark:
-        """``batchmark run --config`` in the background, in a session of its own (as a shell runs a command)."""
+    def start_batchmark(
+        self, config: dict[str, Any], workdir: Path, args: tuple[str, ...] = (), **env: str
+    ) -> RunningBatchmark:
+        """``batchmark run --config`` (and ``args``) in the background, in a session of its own (as a shell runs
+        a command)."""
         config = {**config, "outputs": [str(workdir / "report.json")]}
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config))
         stderr = workdir / "stderr.txt"
         with stderr.open("w") as log:
             process = subprocess.Popen(
-                [str(self.python), "-m", "batchmark.runner.cli", "run", "--config", str(config_path), "--quiet"],
+                [str(self.python), "-m", "batchmark.runner.cli", "run", "--config", str(config_path), "--quiet", *args],
                 cwd=ROOT,
                 env=vllm_env(**env),
                 stdout=subprocess.DEVNULL,

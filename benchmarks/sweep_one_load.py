@@ -1,0 +1,229 @@
+"""A batch-size sweep in one `batchmark run` against the same points as separate runs, on the real vLLM engine.
+
+Usage (from the repository root, with the vLLM venv's Python; one vLLM engine on the machine at a time):
+
+    flock /tmp/batchmark-vllm.lock .venv-vllm/bin/python benchmarks/sweep_one_load.py [--rounds 2]
+
+Each round runs, one process at a time, `batchmark run --sweep batch_size=8,16,32,64,128` once and
+`batchmark run` at each of those batch sizes separately, with the same config otherwise (data, profile,
+constraint, engine). The order alternates between rounds (sweep first, then separate runs first), so a drift in
+the machine's speed does not favour either side. For each process it records the wall time from start to exit,
+the engine load time the report gives, and each benchmark's output tokens/s.
+
+The machine's noise is judged from the separate runs themselves: the same point, run separately in two rounds,
+gives two throughputs; their spread is what a repeat costs on this machine, and the sweep's point is compared
+with it. The tiny model is a random-weight Llama built by tests/integration/vllm/make_tiny_model.py; vLLM runs
+in its default multiprocessing mode, as users run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = Path(sys.executable)
+BATCH_SIZES = [8, 16, 32, 64, 128]
+MODEL_HIDDEN_SIZE = 256
+MAX_MODEL_LEN = 1024
+PROMPT_TOKENS = 128
+OUTPUT_TOKENS = 64
+REQUESTS = 512
+MAX_CONCURRENCY = 256  # twice the largest batch: every point can fill its batches
+RUN_TIMEOUT = 1800.0
+
+
+def engine_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE="2",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    return env
+
+
+def ensure_model() -> Path:
+    # The same model as benchmarks/vs_guidellm/run.py builds, so its figures compare with these.
+    model = PYTHON.parent.parent / "models" / f"bench-tiny-llama-h{MODEL_HIDDEN_SIZE}"
+    if not (model / "model.safetensors").exists():
+        builder = ROOT / "tests" / "integration" / "vllm" / "make_tiny_model.py"
+        subprocess.run(
+            [str(PYTHON), str(builder), str(model), "--hidden-size", str(MODEL_HIDDEN_SIZE)],
+            check=True,
+            env=engine_env(),
+        )
+    return model
+
+
+def config(model: Path, batch_size: int, report: Path) -> dict[str, Any]:
+    return {
+        "name": f"sweep-one-load-bs{batch_size}",
+        "backend": {
+            "kind": "vllm_python_batch",
+            "model": str(model),
+            "engine": "vllm",
+            "batch_size": batch_size,
+            "request_format": "plain",
+            "vllm_config": {"dtype": "float32", "max_model_len": MAX_MODEL_LEN, "seed": 0},
+        },
+        "data": {"kind": "synthetic_text", "prompt_tokens": PROMPT_TOKENS, "output_tokens": OUTPUT_TOKENS},
+        "profile": {"kind": "throughput", "max_concurrency": MAX_CONCURRENCY},
+        "constraints": [{"kind": "max_requests", "count": REQUESTS}],
+        "outputs": [str(report)],
+    }
+
+
+def batchmark(run_config: dict[str, Any], extra: list[str], workdir: Path, name: str) -> dict[str, Any]:
+    """One `batchmark run` to its end: wall time, load time, and (batch size, output tokens/s) per benchmark."""
+    config_path = workdir / f"{name}.yaml"
+    config_path.write_text(yaml.safe_dump(run_config))
+    log = workdir / f"{name}.log"
+    started = time.monotonic()
+    with log.open("w") as output:
+        completed = subprocess.run(
+            [str(PYTHON), "-m", "batchmark.runner", "run", "--config", str(config_path), "--quiet", *extra],
+            cwd=ROOT,
+            env=engine_env(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+    wall = time.monotonic() - started
+    if completed.returncode != 0:
+        raise RuntimeError(f"{name} failed with exit code {completed.returncode}:\n{log.read_text()[-3000:]}")
+    report = json.loads(Path(run_config["outputs"][0]).read_text())
+    assert report["complete"], name
+    loads = report["sweep"]["engine_loads"] if report["sweep"] else [{"load_seconds": report["engine"]["load_seconds"]}]
+    return {
+        "wall_seconds": wall,
+        "load_seconds": [load["load_seconds"] for load in loads],
+        "timed_seconds": sum(benchmark["duration"] for benchmark in report["benchmarks"]),
+        "points": {
+            benchmark["batch_size"]: benchmark["throughput"]["output_tokens_per_second"]
+            for benchmark in report["benchmarks"]
+        },
+    }
+
+
+def one_round(model: Path, workdir: Path, round_index: int) -> dict[str, Any]:
+    def sweep() -> dict[str, Any]:
+        sizes = ",".join(str(size) for size in BATCH_SIZES)
+        run_config = config(model, BATCH_SIZES[0], workdir / f"sweep-{round_index}.json")
+        return batchmark(run_config, ["--sweep", f"batch_size={sizes}"], workdir, f"sweep-{round_index}")
+
+    def separate() -> dict[int, dict[str, Any]]:
+        runs = {}
+        for size in BATCH_SIZES:
+            run_config = config(model, size, workdir / f"separate-{round_index}-{size}.json")
+            runs[size] = batchmark(run_config, [], workdir, f"separate-{round_index}-{size}")
+        return runs
+
+    load_before = os.getloadavg()[0]
+    if round_index % 2 == 0:
+        swept = sweep()
+        runs = separate()
+    else:
+        runs = separate()
+        swept = sweep()
+    return {"sweep": swept, "separate": runs, "load_average": [load_before, os.getloadavg()[0]]}
+
+
+def table(rounds: list[dict[str, Any]]) -> str:
+    lines = [
+        "| round | order | sweep wall s | separate walls s (8/16/32/64/128) | separate total s | sweep / separate |"
+        " sweep load s | separate loads s | load average |",
+        "|---:|---|---:|---|---:|---:|---:|---|---|",
+    ]
+    for index, entry in enumerate(rounds):
+        separate = entry["separate"]
+        total = sum(run["wall_seconds"] for run in separate.values())
+        walls = " / ".join(f"{separate[str(size)]['wall_seconds']:.1f}" for size in BATCH_SIZES)
+        loads = " / ".join(f"{separate[str(size)]['load_seconds'][0]:.1f}" for size in BATCH_SIZES)
+        sweep_loads = " + ".join(f"{seconds:.1f}" for seconds in entry["sweep"]["load_seconds"])
+        order = "sweep first" if index % 2 == 0 else "separate first"
+        lines.append(
+            f"| {index + 1} | {order} | {entry['sweep']['wall_seconds']:.1f} | {walls} | {total:.1f} |"
+            f" {entry['sweep']['wall_seconds'] / total:.2f} | {sweep_loads} | {loads} |"
+            f" {entry['load_average'][0]:.1f} → {entry['load_average'][1]:.1f} |"
+        )
+    lines += ["", "| batch | " + " | ".join(f"sweep r{i + 1}" for i in range(len(rounds)))]
+    lines[-1] += " | " + " | ".join(f"separate r{i + 1}" for i in range(len(rounds)))
+    lines[-1] += " | sweep / separate (median) | separate spread |"
+    lines.append("|---:|" + "---:|" * (2 * len(rounds)) + "---:|---:|")
+    for size in BATCH_SIZES:
+        swept = [entry["sweep"]["points"][str(size)] for entry in rounds]
+        separate = [entry["separate"][str(size)]["points"][str(size)] for entry in rounds]
+        ratio = statistics.median(swept) / statistics.median(separate)
+        spread = (max(separate) - min(separate)) / statistics.median(separate)
+        cells = " | ".join(f"{value:,.0f}" for value in swept + separate)
+        lines.append(f"| {size} | {cells} | {ratio:.2f} | {spread:.0%} |")
+    return "\n".join(lines)
+
+
+def order_rounds(model: Path, workdir: Path, rounds: int) -> str:
+    """The sweep forward and in reverse, alternating: a point's throughput by its position against its batch
+    size."""
+    lines = ["| round | order | " + " | ".join(f"bs {size}" for size in BATCH_SIZES) + " | wall s | load average |"]
+    lines.append("|---:|---|" + "---:|" * len(BATCH_SIZES) + "---:|---|")
+    for index in range(rounds):
+        orders = [BATCH_SIZES, BATCH_SIZES[::-1]]
+        for sizes in orders if index % 2 == 0 else orders[::-1]:
+            name = f"order-{index}-{sizes[0]}-first"
+            run_config = config(model, sizes[0], workdir / f"{name}.json")
+            load_before = os.getloadavg()[0]
+            sweep = ",".join(str(size) for size in sizes)
+            result = batchmark(run_config, ["--sweep", f"batch_size={sweep}"], workdir, name)
+            print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
+            cells = " | ".join(f"{result['points'][size]:,.0f}" for size in BATCH_SIZES)
+            lines.append(
+                f"| {index + 1} | {sweep} | {cells} | {result['wall_seconds']:.1f} |"
+                f" {load_before:.1f} → {os.getloadavg()[0]:.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, alternating the order (default 2)")
+    parser.add_argument("--json", type=Path, help="write every round's raw figures here")
+    parser.add_argument("--keep", type=Path, help="keep every run's config, log and report in this folder")
+    parser.add_argument(
+        "--orders",
+        action="store_true",
+        help="instead: only sweeps, forward and in reverse (128 first), to tell a point's position in the sweep"
+        " from its batch size",
+    )
+    args = parser.parse_args()
+    model = ensure_model()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="sweep-one-load-") as scratch:
+        workdir = args.keep or Path(scratch)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if args.orders:
+            print(order_rounds(model, workdir, args.rounds))
+            return
+        for index in range(args.rounds):
+            entry = one_round(model, workdir, index)
+            # Through JSON, so the table reads the same keys as a --json file would give.
+            rounds.append(json.loads(json.dumps(entry)))
+            print(f"round {index + 1} done: {json.dumps(entry)}", file=sys.stderr, flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rounds, indent=2) + "\n")
+    print(table(rounds))
+
+
+if __name__ == "__main__":
+    main()
