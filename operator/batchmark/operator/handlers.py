@@ -8,6 +8,10 @@ events are handled in kopf's event loop: an event that changes nothing the statu
 refresh is handed to a worker thread only when none is already waiting for that benchmark (the waiting one
 reads the state after this event too). With hundreds of benchmarks, every runner's progress patch and every
 pod update is an event: queued one thread-pool job each, they delayed the ones that matter.
+
+Refreshes have threads of their own, apart from kopf's, which run the create handlers: when hundreds of
+benchmarks are applied at once, their creations (eight calls each) would otherwise hold every thread, and a
+benchmark that finished meanwhile would wait behind all of them to be marked Succeeded.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from batchmark.operator.watched import (
 
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
-WORKERS = 16  # threads for the handlers' synchronous API calls (kopf's executor)
+WORKERS = 16  # threads for the synchronous handlers (kopf's executor): creation, cancel
+REFRESH_WORKERS = 8  # threads for refreshes after an event
+API_CONNECTIONS = WORKERS + REFRESH_WORKERS  # one pooled connection to the API server per thread
 
 
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -64,7 +70,7 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         # As kubectl: the pod's service account, else the kubeconfig (the local cluster's pods are processes).
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
-    workers: dict[str, concurrent.futures.Executor] = {}
+    refreshers: list[concurrent.futures.ThreadPoolExecutor] = []  # this run's, made at startup
     waiting: set[tuple[str, str]] = set()  # benchmarks whose refresh waits for a worker thread
 
     @kopf.on.startup(registry=registry)
@@ -76,7 +82,12 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         settings.posting.level = 30  # only warnings and errors become events; transitions are posted by us
         settings.posting.reporting_component = "batchmark-operator"
         settings.execution.max_workers = WORKERS
-        workers["executor"] = settings.execution.executor
+        refreshers[:] = [concurrent.futures.ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="refresh")]
+
+    @kopf.on.cleanup(registry=registry)
+    def stop_refreshers(**_: Any) -> None:
+        for executor in refreshers:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def bind(indices: Mapping[str, Any]) -> None:
         """Point the reconciler at kopf's indices (every handler is handed them)."""
@@ -94,7 +105,7 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
             timed(lambda: reconciler.refresh(namespace, name))
 
         try:
-            await asyncio.get_running_loop().run_in_executor(workers.get("executor"), run)
+            await asyncio.get_running_loop().run_in_executor(refreshers[0] if refreshers else None, run)
         finally:
             waiting.discard(key)
 

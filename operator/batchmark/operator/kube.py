@@ -22,16 +22,25 @@ COMPONENT = "batchmark-operator"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client logged in as kubectl would be: in-cluster first, then the kubeconfig."""
+def api_client(kubeconfig: str | None = None, connections: int | None = None) -> client.ApiClient:
+    """A client logged in as kubectl would be: in-cluster first, then the kubeconfig.
+
+    ``connections``: how many connections to the API server its pool keeps open. The client's default (5 per
+    core) is fewer than the operator's threads on a small node, and each thread beyond it would open, and
+    then drop, a TLS connection per call.
+    """
+    configuration: client.Configuration | None = None
     if kubeconfig is None:
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
+            configuration = client.Configuration.get_default_copy()
         except ConfigException:
             pass
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    if configuration is None:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration)
 
 

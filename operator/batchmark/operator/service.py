@@ -17,7 +17,7 @@ from prometheus_client import start_http_server
 from pydantic import ValidationError
 
 from batchmark.operator.api import OperatorDefaults
-from batchmark.operator.handlers import build_registry
+from batchmark.operator.handlers import API_CONNECTIONS, build_registry
 from batchmark.operator.kube import Kube, api_client
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.reconcile import Reconciler
@@ -88,7 +88,9 @@ def run_operator(
     metrics = OperatorMetrics()
     server, _ = start_http_server(options.metrics_port, options.metrics_address, registry=metrics.registry)
     try:
-        reconciler = Reconciler(Kube(api_client(options.kubeconfig)), options.defaults, metrics)
+        reconciler = Reconciler(
+            Kube(api_client(options.kubeconfig, API_CONNECTIONS)), options.defaults, metrics
+        )
         kopf.run(
             registry=build_registry(reconciler),
             standalone=True,
