@@ -10,14 +10,14 @@ reads the state after this event too). With hundreds of benchmarks, every runner
 pod update is an event: queued one thread-pool job each, they delayed the ones that matter.
 
 Refreshes have threads of their own, apart from kopf's, which run the create handlers: when hundreds of
-benchmarks are applied at once, their creations (eight calls each) would otherwise hold every thread, and a
-benchmark that finished meanwhile would wait behind all of them to be marked Succeeded.
+benchmarks are applied at once, their creations (a dozen calls each) would otherwise hold every thread. And a
+refresh after a Job finished goes before the routine ones (batchmark.operator.workers): a benchmark that
+finished is marked so without waiting for every pod and runner update queued before it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +29,7 @@ from urllib3.exceptions import HTTPError
 from batchmark.operator import kueue
 from batchmark.operator.api import GROUP, PLURAL, VERSION
 from batchmark.operator.reconcile import Reconciler
-from batchmark.operator.status import benchmark_signature, child_signature
+from batchmark.operator.status import JobView, benchmark_signature, child_signature
 from batchmark.operator.watched import (
     JOBS_INDEX,
     PODS_INDEX,
@@ -39,6 +39,7 @@ from batchmark.operator.watched import (
     pod_entry,
     workload_entry,
 )
+from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers
 
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
@@ -70,8 +71,8 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         # As kubectl: the pod's service account, else the kubeconfig (the local cluster's pods are processes).
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
-    refreshers: list[concurrent.futures.ThreadPoolExecutor] = []  # this run's, made at startup
-    waiting: set[tuple[str, str]] = set()  # benchmarks whose refresh waits for a worker thread
+    refreshers: list[PriorityWorkers] = []  # this run's, made at startup
+    waiting: dict[tuple[str, str], int] = {}  # benchmarks whose refresh waits for a thread: at which priority
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -82,32 +83,33 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         settings.posting.level = 30  # only warnings and errors become events; transitions are posted by us
         settings.posting.reporting_component = "batchmark-operator"
         settings.execution.max_workers = WORKERS
-        refreshers[:] = [concurrent.futures.ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="refresh")]
+        refreshers[:] = [PriorityWorkers(REFRESH_WORKERS, "refresh")]
 
     @kopf.on.cleanup(registry=registry)
     def stop_refreshers(**_: Any) -> None:
-        for executor in refreshers:
-            executor.shutdown(wait=False, cancel_futures=True)
+        for workers in refreshers:
+            workers.shutdown()
 
     def bind(indices: Mapping[str, Any]) -> None:
         """Point the reconciler at kopf's indices (every handler is handed them)."""
         reconciler.children = IndexedChildren(indices, reconciler.api_children)
 
-    async def refresh_soon(namespace: str, name: str) -> None:
-        """Refresh on a worker thread, unless a refresh of this benchmark waits for one already."""
+    async def refresh_soon(namespace: str, name: str, priority: int = ROUTINE) -> None:
+        """Refresh on a worker thread, unless a refresh of this benchmark at least as urgent waits already."""
         key = (namespace, name)
-        if key in waiting:
+        if waiting.get(key, priority + 1) <= priority:
             return
-        waiting.add(key)
+        waiting[key] = priority
 
         def run() -> None:
-            waiting.discard(key)  # from here on, a new event needs a refresh of its own
+            waiting.pop(key, None)  # from here on, a new event needs a refresh of its own
             timed(lambda: reconciler.refresh(namespace, name))
 
         try:
-            await asyncio.get_running_loop().run_in_executor(refreshers[0] if refreshers else None, run)
+            await asyncio.wrap_future(refreshers[0].submit(priority, run))
         finally:
-            waiting.discard(key)
+            if waiting.get(key) == priority:
+                waiting.pop(key, None)
 
     @kopf.index("batch", "v1", "jobs", labels=BENCHMARK_LABELS, id=JOBS_INDEX, registry=registry)
     async def benchmark_jobs(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
@@ -152,9 +154,13 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
             benchmark = labels.get("batchmark.dev/benchmark")
             signature = None if type == "DELETED" else child_signature(kind, body)
             if benchmark and namespace and reconciler.worth_refreshing((kind, namespace, name), signature):
-                await refresh_soon(namespace, benchmark)
+                await refresh_soon(namespace, benchmark, URGENT if kind == "Job" and finished(body) else ROUTINE)
 
         return handler
+
+    def finished(job: kopf.Body) -> bool:
+        view = JobView.from_dict(job)
+        return view.complete or view.failed_reason is not None
 
     kopf.on.event("batch", "v1", "jobs", labels=BENCHMARK_LABELS, registry=registry)(child_changed("Job"))
     kopf.on.event("", "v1", "pods", labels=BENCHMARK_LABELS, registry=registry)(child_changed("Pod"))

@@ -88,9 +88,7 @@ def run_operator(
     metrics = OperatorMetrics()
     server, _ = start_http_server(options.metrics_port, options.metrics_address, registry=metrics.registry)
     try:
-        reconciler = Reconciler(
-            Kube(api_client(options.kubeconfig, API_CONNECTIONS)), options.defaults, metrics
-        )
+        reconciler = Reconciler(Kube(api_client(options.kubeconfig, API_CONNECTIONS)), options.defaults, metrics)
         kopf.run(
             registry=build_registry(reconciler),
             standalone=True,
