@@ -2,7 +2,8 @@
 
 Starts its own control plane (tests/cluster) and `batchmark operator` as a real process, creates N simulated
 benchmarks (one GPU each, short runs) as fast as the API server takes them, and records from watches:
-apply -> Job created, Job finished -> phase Succeeded, the time to drain all, how many ran at once, and the
+apply -> Job created, Job finished -> phase Succeeded (both also from the objects' own timestamps, whole
+seconds, which no lag of this script's watches can inflate), the time to drain all, how many ran at once, and the
 operator's peak RSS (VmHWM) and CPU seconds (user + system, all its threads: its own cost, whatever else the
 machine runs), its reconciles (count and mean duration, from its /metrics), and the load average before and
 after. Prints one JSON object.
@@ -21,6 +22,7 @@ apply -> admitted (Kueue unsuspends the Job) and apply -> phase Succeeded.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -177,6 +179,53 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def stamp(value: str | None) -> float | None:
+    """An API server timestamp (RFC 3339, whole seconds) as seconds since the epoch."""
+    if not value:
+        return None
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+
+
+def stamped_figures(cluster: ControlPlane, namespace: str) -> dict[str, float]:
+    """Apply -> Job and Job finished -> Succeeded again, from the objects' own timestamps (the API server's and
+    the controllers' clocks, whole seconds), so that a watch of this script's that lags under load cannot
+    inflate them: BatchBenchmark and Job creationTimestamp; the Job's completionTime and the lastTransitionTime
+    of the benchmark's Complete condition (written by the operator when it saw the Job finished)."""
+
+    def items(kind: str) -> list[dict[str, Any]]:
+        listed: list[dict[str, Any]] = json.loads(cluster.kubectl("get", kind, "-n", namespace, "-o", "json").stdout)[
+            "items"
+        ]
+        return listed
+
+    jobs = {job["metadata"]["name"]: job for job in items("jobs")}
+    to_job: list[float] = []
+    to_phase: list[float] = []
+    for body in items("batchbenchmarks"):
+        job = jobs.get(body["metadata"]["name"])
+        if job is None:
+            continue
+        applied, created = stamp(body["metadata"]["creationTimestamp"]), stamp(job["metadata"]["creationTimestamp"])
+        if applied is not None and created is not None:
+            to_job.append(created - applied)
+        conditions = (body.get("status") or {}).get("conditions") or []
+        complete: dict[str, Any] = next(
+            (c for c in conditions if c["type"] == "Complete" and c["status"] == "True"), {}
+        )
+        succeeded_at, finished_at = (
+            stamp(complete.get("lastTransitionTime")),
+            stamp(job["status"].get("completionTime")),
+        )
+        if succeeded_at is not None and finished_at is not None:
+            to_phase.append(succeeded_at - finished_at)
+    return {
+        "stamped_apply_to_job_p50_s": statistics.median(to_job),
+        "stamped_apply_to_job_p99_s": percentile(to_job, 0.99),
+        "stamped_job_finished_to_succeeded_p50_s": statistics.median(to_phase),
+        "stamped_job_finished_to_succeeded_p99_s": percentile(to_phase, 0.99),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--benchmarks", type=int, default=200)
@@ -290,6 +339,7 @@ def main() -> int:
                 "operator_reconciles": reconciles,
                 "operator_reconcile_mean_s": round(reconcile_mean, 3),
                 "load_average_1m_before_after": [round(load_before[0], 1), round(load_after[0], 1)],
+                **stamped_figures(cluster, namespace),
             }
             print(json.dumps(figures, indent=2))
         finally:
