@@ -226,6 +226,10 @@ def stamped_figures(cluster: ControlPlane, namespace: str) -> dict[str, float]:
     }
 
 
+def log_lines(path: Path, marker: str) -> int:
+    return sum(marker in line for line in path.read_text(errors="replace").splitlines())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--benchmarks", type=int, default=200)
@@ -340,6 +344,10 @@ def main() -> int:
                 "operator_reconcile_mean_s": round(reconcile_mean, 3),
                 "load_average_1m_before_after": [round(load_before[0], 1), round(load_after[0], 1)],
                 **stamped_figures(cluster, namespace),
+                # The operator's own complaints (failed API calls, handler errors): a refresh lost to one leaves
+                # a status stale.
+                "operator_log_warnings": log_lines(Path(directory) / "operator.log", " WARNING "),
+                "operator_log_errors": log_lines(Path(directory) / "operator.log", " ERROR "),
             }
             print(json.dumps(figures, indent=2))
         finally:

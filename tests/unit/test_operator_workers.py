@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers
+from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers, retried
 
 
 def test_urgent_calls_overtake_routine_ones_queued_before_them() -> None:
@@ -73,3 +74,34 @@ def test_no_priority_is_more_urgent_than_urgent() -> None:
             workers.submit(URGENT - 1, lambda: None)
     finally:
         workers.shutdown()
+
+
+def test_a_refused_call_is_tried_again_until_it_succeeds_or_the_attempts_run_out() -> None:
+    calls: list[int] = []
+
+    def flaky(failures: int) -> Callable[[], Awaitable[None]]:
+        async def call() -> None:
+            calls.append(len(calls))
+            if len(calls) <= failures:
+                raise ConnectionError("refused")
+
+        return call
+
+    asyncio.run(retried(flaky(2), attempts=5, delay_seconds=0.001, retry_on=ConnectionError))
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConnectionError, match="refused"):
+        asyncio.run(retried(flaky(10), attempts=4, delay_seconds=0.001, retry_on=ConnectionError))
+    assert len(calls) == 4
+
+
+def test_an_error_that_is_not_retryable_ends_at_the_first_attempt() -> None:
+    calls: list[int] = []
+
+    async def broken() -> None:
+        calls.append(1)
+        raise KeyError("no")
+
+    with pytest.raises(KeyError):
+        asyncio.run(retried(broken, attempts=5, delay_seconds=0.001, retry_on=ConnectionError))
+    assert calls == [1]

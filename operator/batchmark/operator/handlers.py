@@ -39,10 +39,11 @@ from batchmark.operator.watched import (
     pod_entry,
     workload_entry,
 )
-from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers
+from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers, retried
 
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
+REFRESH_ATTEMPTS = 5  # a refresh the API server fails is tried again, 2, 4, 6 and 8 s later
 WORKERS = 16  # threads for the synchronous handlers (kopf's executor): creation, cancel
 REFRESH_WORKERS = 8  # threads for refreshes after an event
 API_CONNECTIONS = WORKERS + REFRESH_WORKERS  # one pooled connection to the API server per thread
@@ -106,7 +107,15 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
             timed(lambda: reconciler.refresh(namespace, name))
 
         try:
-            await asyncio.wrap_future(refreshers[0].submit(priority, run))
+            # kopf never retries an event handler: a refresh the API server refused (429 under load, a dropped
+            # connection) would leave the status stale until the benchmark's next event, and after its Job
+            # finished there may be none.
+            await retried(
+                lambda: asyncio.wrap_future(refreshers[0].submit(priority, run)),
+                REFRESH_ATTEMPTS,
+                RETRY_DELAY_SECONDS,
+                kopf.TemporaryError,
+            )
         finally:
             if waiting.get(key) == priority:
                 waiting.pop(key, None)

@@ -8,11 +8,12 @@ behind every routine one queued before them; here they go first. Within one prio
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import itertools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 URGENT = 0
@@ -66,3 +67,18 @@ class PriorityWorkers:
                 future.set_result(call())
             except BaseException as error:  # handed to whoever awaits the future, as an executor does
                 future.set_exception(error)
+
+
+async def retried(
+    call: Callable[[], Awaitable[None]], attempts: int, delay_seconds: float, retry_on: type[BaseException]
+) -> None:
+    """Await ``call()``; when it raises ``retry_on``, again after ``delay_seconds`` times the attempts so far,
+    up to ``attempts`` in all (the last error is raised)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            await call()
+            return
+        except retry_on:
+            if attempt == attempts:
+                raise
+            await asyncio.sleep(delay_seconds * attempt)
