@@ -8,12 +8,16 @@ events are handled in kopf's event loop: an event that changes nothing the statu
 refresh is handed to a worker thread only when none is already waiting for that benchmark (the waiting one
 reads the state after this event too). With hundreds of benchmarks, every runner's progress patch and every
 pod update is an event: queued one thread-pool job each, they delayed the ones that matter.
+
+Queue positions change with no event on a benchmark (another one was admitted): one task polls them every
+QUEUE_POSITION_SECONDS (batchmark.operator.positions) and refreshes only the benchmarks whose position moved.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,6 +43,11 @@ from batchmark.operator.watched import (
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
 WORKERS = 16  # threads for the handlers' synchronous API calls (kopf's executor)
+# How often the positions of Queued benchmarks are read: each read is one call per LocalQueue, and each
+# position that moved costs its benchmark a status patch; Kueue admits at most a few per second anyway.
+QUEUE_POSITION_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -77,6 +86,36 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         settings.posting.reporting_component = "batchmark-operator"
         settings.execution.max_workers = WORKERS
         workers["executor"] = settings.execution.executor
+
+    background: list[asyncio.Task[None]] = []
+
+    async def follow_queue_positions() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(QUEUE_POSITION_SECONDS)
+            try:
+                moved = await loop.run_in_executor(workers.get("executor"), reconciler.positions.poll)
+                # Awaited before the next poll: the polls never outrun the refreshes they cause.
+                outcomes = await asyncio.gather(
+                    *(refresh_soon(namespace, name) for namespace, name in moved), return_exceptions=True
+                )
+            except Exception as error:  # never let one bad poll end the polling
+                log.warning("polling queue positions failed: %s", error)
+                continue
+            for outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    log.warning("refreshing a queued benchmark's position failed: %s", outcome)
+
+    @kopf.on.startup(registry=registry)
+    async def start_following_queue_positions(**_: Any) -> None:
+        background.append(asyncio.create_task(follow_queue_positions()))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_following_queue_positions(**_: Any) -> None:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        background.clear()
 
     def bind(indices: Mapping[str, Any]) -> None:
         """Point the reconciler at kopf's indices (every handler is handed them)."""
