@@ -9,8 +9,8 @@ refresh is handed to a worker thread only when none is already waiting for that 
 reads the state after this event too). With hundreds of benchmarks, every runner's progress patch and every
 pod update is an event: queued one thread-pool job each, they delayed the ones that matter.
 
-Queue positions change with no event on a benchmark (another one was admitted): one task polls them every
-QUEUE_POSITION_SECONDS (batchmark.operator.positions) and refreshes only the benchmarks whose position moved.
+Queue positions change with no event on a benchmark (another one was admitted): one task polls them
+(batchmark.operator.positions) and refreshes only the benchmarks whose position moved, at a bounded rate.
 """
 
 from __future__ import annotations
@@ -43,9 +43,14 @@ from batchmark.operator.watched import (
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
 WORKERS = 16  # threads for the handlers' synchronous API calls (kopf's executor)
-# How often the positions of Queued benchmarks are read: each read is one call per LocalQueue, and each
-# position that moved costs its benchmark a status patch; Kueue admits at most a few per second anyway.
+# How often the positions of Queued benchmarks are read at most: one call per LocalQueue each time.
 QUEUE_POSITION_SECONDS = 5.0
+# Each benchmark whose position moved costs a refresh (a GET and a status patch), and when the head of a long
+# queue is admitted every benchmark behind it moves: the polls are spaced so that these refreshes average at
+# most this many per second (a queue of 200 sees its positions every 40 s), and run at most this many at once,
+# so that the refreshes events ask for (admissions, finished pods) still find worker threads.
+POSITION_REFRESHES_PER_SECOND = 5.0
+POSITION_REFRESHES_AT_ONCE = 2
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +96,20 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
 
     async def follow_queue_positions() -> None:
         loop = asyncio.get_running_loop()
+        at_once = asyncio.Semaphore(POSITION_REFRESHES_AT_ONCE)
+
+        async def refresh_moved(namespace: str, name: str) -> None:
+            async with at_once:
+                await refresh_soon(namespace, name)
+
+        delay = QUEUE_POSITION_SECONDS
         while True:
-            await asyncio.sleep(QUEUE_POSITION_SECONDS)
+            await asyncio.sleep(delay)
             try:
                 moved = await loop.run_in_executor(workers.get("executor"), reconciler.positions.poll)
                 # Awaited before the next poll: the polls never outrun the refreshes they cause.
                 outcomes = await asyncio.gather(
-                    *(refresh_soon(namespace, name) for namespace, name in moved), return_exceptions=True
+                    *(refresh_moved(namespace, name) for namespace, name in moved), return_exceptions=True
                 )
             except Exception as error:  # never let one bad poll end the polling
                 log.warning("polling queue positions failed: %s", error)
@@ -105,6 +117,7 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
             for outcome in outcomes:
                 if isinstance(outcome, Exception):
                     log.warning("refreshing a queued benchmark's position failed: %s", outcome)
+            delay = max(QUEUE_POSITION_SECONDS, len(moved) / POSITION_REFRESHES_PER_SECOND)
 
     @kopf.on.startup(registry=registry)
     async def start_following_queue_positions(**_: Any) -> None:

@@ -335,3 +335,88 @@ def test_cancelling_a_queued_benchmark_keeps_kueue_from_restarting_it(
     workloads = cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kube_namespace}/workloads")
     assert [workload["spec"]["active"] for workload in workloads["items"]] == [False]
     assert running_jobs(cluster, kube_namespace) == 0
+
+
+def queue_positions(cluster: KubeCluster, namespace: str) -> dict[str, dict[str, Any]]:
+    """status.queue of each Queued benchmark that shows one."""
+    return {
+        name: status["queue"]
+        for name, status in statuses(cluster, namespace).items()
+        if status.get("phase") == "Queued" and status.get("queue")
+    }
+
+
+def test_queued_benchmarks_show_their_positions_as_the_queue_drains(
+    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    gpu_queue(objects, kube_namespace, gpus=1)
+    names = [f"turn-{index}" for index in range(4)]
+    # One at a time, so that Kueue's order (creation, to the second) is theirs.
+    for name in names:
+        apply(cluster, kube_namespace, queued_run(name, seconds=10))
+        time.sleep(1.1)
+
+    def positions_become(expected: dict[str, int]) -> dict[str, dict[str, Any]]:
+        def probe() -> dict[str, dict[str, Any]] | None:
+            found = queue_positions(cluster, kube_namespace)
+            return found if {name: entry["position"] for name, entry in found.items()} == expected else None
+
+        return wait_for(f"the positions {expected}", probe, timeout_seconds=90)
+
+    # turn-0 runs; the other three wait behind it, at 0, 1 and 2, in the order they came.
+    three = positions_become({"turn-1": 0, "turn-2": 1, "turn-3": 2})
+    assert all(entry["name"] == "gpus" for entry in three.values())
+    assert all(entry["clusterQueuePosition"] == entry["position"] for entry in three.values())
+    last = benchmark(cluster, kube_namespace, "turn-3")["status"]
+    assert last["message"].startswith("position 2 in LocalQueue gpus, 2 in its ClusterQueue"), last["message"]
+    assert "insufficient unused quota for nvidia.com/gpu" in last["message"]
+    assert condition(last, "Admitted")["message"] == last["message"]
+
+    # turn-1 is admitted: it shows none, and the two behind it move up.
+    positions_become({"turn-2": 0, "turn-3": 1})
+    assert "queue" not in benchmark(cluster, kube_namespace, "turn-1")["status"]
+    positions_become({"turn-3": 0})
+    for name in names:
+        wait_for_phase(cluster, kube_namespace, name, {"Succeeded"}, timeout_seconds=180)
+    for name, status in statuses(cluster, kube_namespace).items():
+        assert "queue" not in status, (name, status)
+        assert status["results"]
+
+
+def test_without_kueues_visibility_api_queued_benchmarks_run_without_positions(
+    batchmark_operator: OperatorProcess, objects: ClusterObjects, kueue: Kueue, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    gpu_queue(objects, kube_namespace, gpus=1)
+    log_before = batchmark_operator.log_path.read_text(errors="replace")
+    kueue.unregister_visibility_api()
+    try:
+        apply(cluster, kube_namespace, *(queued_run(f"blind-{index}", seconds=3) for index in range(3)))
+        waiting = wait_for(
+            "two Queued behind the first",
+            lambda: (
+                found
+                if len(
+                    found := {n: s for n, s in statuses(cluster, kube_namespace).items() if s.get("phase") == "Queued"}
+                )
+                == 2
+                else None
+            ),
+            timeout_seconds=60,
+        )
+        time.sleep(12)  # two polls at least
+        for name in [f"blind-{index}" for index in range(3)]:
+            wait_for_phase(cluster, kube_namespace, name, {"Succeeded"}, timeout_seconds=180)
+    finally:
+        kueue.register_visibility_api(time.monotonic() + 60)
+    assert all("queue" not in status for status in waiting.values())
+    assert all(not status["message"].startswith("position") for status in waiting.values())
+    for status in statuses(cluster, kube_namespace).values():
+        assert "queue" not in status
+    batchmark_operator.assert_alive()
+    new_log = batchmark_operator.log_path.read_text(errors="replace")[len(log_before) :]
+    warnings = [line for line in new_log.splitlines() if "queue positions of LocalQueue" in line]
+    assert len(warnings) == 1, warnings
+    assert f"{kube_namespace}/gpus" in warnings[0]
+    assert "HTTP 404" in warnings[0] or "HTTP 503" in warnings[0], warnings[0]
