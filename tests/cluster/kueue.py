@@ -198,14 +198,21 @@ class Kueue:
         APIService's. That is how a server on 127.0.0.1 is reached: Endpoints and EndpointSlices may not hold
         loopback addresses, and the ClusterIP a ClusterIP Service gets routes nowhere without kube-proxy.
         """
-        for manifest in visibility_api_manifests(self.visibility_port, VISIBILITY_CERTIFICATE_DIRECTORY / "tls.crt"):
-            _server_side_apply(self.control_plane, manifest)
+        manifests = visibility_api_manifests(self.visibility_port, VISIBILITY_CERTIFICATE_DIRECTORY / "tls.crt")
+        manifest_file = self.directory / "visibility-api.json"
+        # JSON is YAML; server-side apply, so that a later start's port replaces an earlier one's.
+        manifest_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}, indent=2))
+        self.control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest_file))
         for version in VISIBILITY_VERSIONS:
-            path = f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY_GROUP}"
             while True:
-                conditions: list[dict[str, Any]] = (self.control_plane.request("GET", path).get("status") or {}).get(
-                    "conditions"
-                ) or []
+                found = self.control_plane.kubectl(
+                    "get", "apiservice", f"{version}.{VISIBILITY_GROUP}", "-o", "json", check=False
+                )
+                conditions: list[dict[str, Any]] = (
+                    (json.loads(found.stdout).get("status") or {}).get("conditions") or []
+                    if found.returncode == 0
+                    else []
+                )
                 available = next((entry for entry in conditions if entry.get("type") == "Available"), {})
                 if available.get("status") == "True":
                     break
@@ -222,16 +229,9 @@ class Kueue:
     def unregister_visibility_api(self) -> None:
         """Remove the APIServices: one whose server is gone makes discovery of the whole API report an error,
         and namespace deletion waits for it."""
-        for version in VISIBILITY_VERSIONS:
-            try:
-                self.control_plane.request(
-                    "DELETE", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY_GROUP}"
-                )
-            except urllib.error.HTTPError as error:
-                if error.code != 404:
-                    raise
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                return  # the control plane is gone already
+        names = [f"apiservice/{version}.{VISIBILITY_GROUP}" for version in VISIBILITY_VERSIONS]
+        # Not checked: the control plane may be gone already, and then so are they.
+        self.control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", *names, check=False)
 
     def _ready(self) -> bool:
         try:
@@ -281,18 +281,6 @@ def visibility_api_manifests(port: int, certificate: Path) -> list[dict[str, Any
         for version in VISIBILITY_VERSIONS
     ]
     return [service, *api_services]
-
-
-def _server_side_apply(control_plane: ControlPlane, manifest: dict[str, Any]) -> None:
-    """Create or update the object as `kubectl apply --server-side` does (a later run's port replaces an
-    earlier one's)."""
-    metadata = manifest["metadata"]
-    group_version, kind = manifest["apiVersion"], manifest["kind"]
-    prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
-    namespace = f"/namespaces/{metadata['namespace']}" if metadata.get("namespace") else ""
-    path = f"{prefix}{namespace}/{kind.lower()}s/{metadata['name']}?fieldManager=batchmark-tests&force=true"
-    # JSON is YAML: the apply patch type takes it.
-    control_plane.request("PATCH", path, manifest, "application/apply-patch+yaml")
 
 
 # Manifests of Kueue's API (kueue.x-k8s.io/v1beta2) that tests and benchmarks create.
