@@ -15,7 +15,8 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from tests.cluster.controlplane import ControlPlane, locate_binaries
+from batchmark.operator.rbac import OPERATOR_RULES
+from tests.cluster.controlplane import ControlPlane, locate_binaries, write_kubeconfig
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor, workload_priority_class
 from tests.integration.operator.conftest import (
@@ -420,3 +421,57 @@ def test_without_kueues_visibility_api_queued_benchmarks_run_without_positions(
     assert len(warnings) == 1, warnings
     assert f"{kube_namespace}/gpus" in warnings[0]
     assert "HTTP 404" in warnings[0] or "HTTP 503" in warnings[0], warnings[0]
+
+
+def test_with_exactly_its_documented_rbac_the_operator_reads_queue_positions(
+    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The visibility server authorizes each proxied request with a SubjectAccessReview of the operator's own
+    user: the operator's rules (rbac.py, the chart's) must grant it, and nothing more is needed."""
+    cluster = batchmark_operator.cluster
+    account, role = "batchmark-operator", f"batchmark-operator-{kube_namespace}"
+    manifests: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": kube_namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": OPERATOR_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": kube_namespace}],
+        },
+    ]
+    apply(cluster, kube_namespace, *manifests)
+    token = cluster.kubectl("create", "token", account, "-n", kube_namespace, "--duration=1h").stdout.strip()
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    write_kubeconfig(kubeconfig, cluster.server, cluster.pki.ca.certificate, account, token=token)
+    gpu_queue(objects, kube_namespace, gpus=1)
+    # The session's operator (admin) steps aside while this one works; it comes back for the other tests.
+    batchmark_operator.stop()
+    restricted = OperatorProcess(cluster, tmp_path / "operator.log", kubeconfig=kubeconfig)
+    try:
+        restricted.start()
+        apply(cluster, kube_namespace, queued_run("ahead", seconds=15))
+        time.sleep(1.1)
+        apply(cluster, kube_namespace, queued_run("behind", seconds=2))
+        shown = wait_for(
+            "the position of the one behind",
+            lambda: queue_positions(cluster, kube_namespace).get("behind"),
+            timeout_seconds=60,
+        )
+        assert shown == {"name": "gpus", "position": 0, "clusterQueuePosition": 0}
+        wait_for_phase(cluster, kube_namespace, "behind", {"Succeeded"}, timeout_seconds=180)
+        restricted.assert_alive()
+        log = restricted.log_path.read_text(errors="replace")
+        assert "Forbidden" not in log
+        assert " 403" not in log
+        assert "queue positions of LocalQueue" not in log
+    finally:
+        restricted.stop()
+        batchmark_operator.start()
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding", role, check=False)
