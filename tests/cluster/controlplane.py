@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.cluster import processes
-from tests.cluster.pki import CertificatePair, ClusterPki, make_cluster_pki
+from tests.cluster.pki import FRONT_PROXY_CLIENT_NAME, CertificatePair, ClusterPki, make_cluster_pki
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -369,6 +369,18 @@ class ControlPlane:
                 # Every fake node is this machine; its address is 127.0.0.1 whatever names it has.
                 "--kubelet-preferred-address-types=InternalIP",
                 f"--kubelet-certificate-authority={pki.ca.certificate}",
+                # The aggregation layer (APIServices such as Kueue's visibility API): the API server proxies to
+                # an aggregated server as the front-proxy client, passing the user in these headers; the
+                # aggregated server reads the CA and names to trust from kube-system's
+                # extension-apiserver-authentication ConfigMap, which these flags make the API server publish.
+                f"--requestheader-client-ca-file={pki.front_proxy_ca.certificate}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT_NAME}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-uid-headers=X-Remote-Uid",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client.certificate}",
+                f"--proxy-client-key-file={pki.front_proxy_client.key}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",

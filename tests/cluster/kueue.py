@@ -2,13 +2,15 @@
 
 It manages `batch/v1` Jobs that are created suspended with the `kueue.x-k8s.io/queue-name` label, admits them
 against ClusterQueue quotas and unsuspends them; the node agent then runs their pods. No webhooks are
-registered with the API server (tests/cluster/README.md says why), no visibility server runs, and Kueue acts
-as the cluster's admin.
+registered with the API server (tests/cluster/README.md says why); its visibility server (queue positions) is
+registered as an APIService, served through the API server's aggregation layer. Kueue acts as the cluster's
+admin.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import subprocess
@@ -38,6 +40,15 @@ KUEUE_NAMESPACE = "kueue-system"
 # is off; no flag moves it. `setup` writes a self-signed pair there once (tests/cluster/README.md).
 METRICS_CERTIFICATE_DIRECTORY = Path("/etc/kueue/metrics/certs")
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Its visibility server reads its certificate from this fixed folder (tls.crt, tls.key) when the internal
+# certificate management is off; no flag or setting moves it. `setup` writes a self-signed pair there once.
+VISIBILITY_CERTIFICATE_DIRECTORY = Path("/visibility")
+# The Service the APIServices name, as Kueue's own manifests name it: the API server verifies the visibility
+# server's certificate for VISIBILITY_SERVICE.KUEUE_NAMESPACE.svc.
+VISIBILITY_SERVICE = "kueue-visibility-server"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+# Kueue v0.17 serves both versions from one storage; v1beta2 is the preferred one.
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
 
 
 def kueue_version() -> str:
@@ -62,15 +73,19 @@ def locate_kueue() -> KueueBinaries:
         missing.append(str(binaries.manager))
     if not any(binaries.crds.glob("*.yaml")):
         missing.append(f"Kueue's CRDs in {binaries.crds}")
-    if not all((METRICS_CERTIFICATE_DIRECTORY / name).is_file() for name in ("tls.crt", "tls.key")):
-        missing.append(f"the certificate Kueue's metrics server reads from {METRICS_CERTIFICATE_DIRECTORY}")
+    for server, directory in (
+        ("metrics", METRICS_CERTIFICATE_DIRECTORY),
+        ("visibility", VISIBILITY_CERTIFICATE_DIRECTORY),
+    ):
+        if not all((directory / name).is_file() for name in ("tls.crt", "tls.key")):
+            missing.append(f"the certificate Kueue's {server} server reads from {directory}")
     if missing:
         raise ClusterBinariesMissingError(f"missing {', '.join(missing)}; run tests/cluster/setup to install them")
     return binaries
 
 
 def kueue_configuration(
-    *, health_port: int, metrics_port: int, webhook_port: int, webhook_certificates: Path
+    *, health_port: int, metrics_port: int, webhook_port: int, webhook_certificates: Path, visibility_port: int
 ) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for a local process on 127.0.0.1."""
     return {
@@ -88,9 +103,9 @@ def kueue_configuration(
         # The webhook server starts (its readiness is part of Kueue's /readyz) but nothing calls it.
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(webhook_certificates)},
         "integrations": {"frameworks": ["batch/job"]},
-        # The visibility server (queue positions, through the API aggregation layer) reads its certificate
-        # from /visibility and would need the aggregation layer set up; the local cluster has neither.
-        "featureGates": {"VisibilityOnDemand": False},
+        # Queue positions (feature gate VisibilityOnDemand, on by default): an API server of its own that the
+        # cluster's API server proxies to (register_visibility_api). Its default is every interface, port 8082.
+        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": visibility_port},
         # Fair sharing between the ClusterQueues of a cohort, as teams sharing GPUs want it.
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
     }
@@ -104,6 +119,7 @@ class Kueue:
     binaries: KueueBinaries = field(default_factory=locate_kueue)
     health_port: int = 0
     metrics_port: int = 0
+    visibility_port: int = 0
     _record: processes.ProcessRecord | None = None
     _process: subprocess.Popen[bytes] | None = None
 
@@ -134,12 +150,13 @@ class Kueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         webhook_certificates = self.directory / "webhook-certs"
         make_serving_pair(webhook_certificates, "tls", "kueue-webhook")
-        self.health_port, self.metrics_port = free_port(), free_port()
+        self.health_port, self.metrics_port, self.visibility_port = free_port(), free_port(), free_port()
         configuration = kueue_configuration(
             health_port=self.health_port,
             metrics_port=self.metrics_port,
             webhook_port=free_port(),
             webhook_certificates=webhook_certificates,
+            visibility_port=self.visibility_port,
         )
         configuration_file = self.directory / "configuration.yaml"
         # JSON is YAML, and keeps this module free of a YAML dependency.
@@ -148,6 +165,9 @@ class Kueue:
             str(self.binaries.manager),
             f"--config={configuration_file}",
             f"--kubeconfig={self.control_plane.kubeconfig}",
+            # The configuration's bindPort counts only when it differs from the default 8082, the flag's
+            # otherwise: both say the same.
+            f"--visibility-server-port={self.visibility_port}",
             "--zap-log-level=2",
         ]
         self._process, self._record = processes.start_detached(
@@ -163,6 +183,55 @@ class Kueue:
                 self.stop()
                 raise ClusterError(f"timed out waiting for Kueue to be ready; its log is {self.log_file}")
             time.sleep(0.2)
+        try:
+            self.register_visibility_api(deadline)
+        except ClusterError:
+            self.stop()
+            raise
+
+    def register_visibility_api(self, deadline: float) -> None:
+        """Register the visibility server with the API server's aggregation layer, and wait until the API server
+        reports it available (it reached the server, under a certificate it trusts, and read its discovery).
+
+        The APIService names a Service; the API server's default resolver (k8s.io/apiserver/pkg/util/proxy
+        ResolveCluster) sends a Service of type ExternalName to `externalName:port`, the port being the
+        APIService's. That is how a server on 127.0.0.1 is reached: Endpoints and EndpointSlices may not hold
+        loopback addresses, and the ClusterIP a ClusterIP Service gets routes nowhere without kube-proxy.
+        """
+        manifests = visibility_api_manifests(self.visibility_port, VISIBILITY_CERTIFICATE_DIRECTORY / "tls.crt")
+        manifest_file = self.directory / "visibility-api.json"
+        # JSON is YAML; server-side apply, so that a later start's port replaces an earlier one's.
+        manifest_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}, indent=2))
+        self.control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest_file))
+        for version in VISIBILITY_VERSIONS:
+            while True:
+                found = self.control_plane.kubectl(
+                    "get", "apiservice", f"{version}.{VISIBILITY_GROUP}", "-o", "json", check=False
+                )
+                conditions: list[dict[str, Any]] = (
+                    (json.loads(found.stdout).get("status") or {}).get("conditions") or []
+                    if found.returncode == 0
+                    else []
+                )
+                available = next((entry for entry in conditions if entry.get("type") == "Available"), {})
+                if available.get("status") == "True":
+                    break
+                if self._process is not None and self._process.poll() is not None:
+                    tail = self.log_file.read_text(errors="replace")[-3000:]
+                    raise ClusterError(f"kueue exited with status {self._process.returncode}; end of its log:\n{tail}")
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"APIService {version}.{VISIBILITY_GROUP} not available: {available.get('reason')}:"
+                        f" {available.get('message')}; Kueue's log is {self.log_file}"
+                    )
+                time.sleep(0.2)
+
+    def unregister_visibility_api(self) -> None:
+        """Remove the APIServices: one whose server is gone makes discovery of the whole API report an error,
+        and namespace deletion waits for it."""
+        names = [f"apiservice/{version}.{VISIBILITY_GROUP}" for version in VISIBILITY_VERSIONS]
+        # Not checked: the control plane may be gone already, and then so are they.
+        self.control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", *names, check=False)
 
     def _ready(self) -> bool:
         try:
@@ -172,14 +241,46 @@ class Kueue:
             return False
 
     def stop(self) -> None:
-        """Stop the manager (its CRDs and objects stay, as after uninstalling Kueue's Deployment)."""
+        """Stop the manager and unregister its visibility API (its CRDs and objects stay, as after uninstalling
+        Kueue's Deployment)."""
         if self._record is not None:
+            self.unregister_visibility_api()
             processes.stop(self._record, grace_seconds=15)
             processes.forget(self.control_plane.layout.pid_directory, self._record)
             self._record = None
         if self._process is not None:
             self._process.wait(timeout=5)
             self._process = None
+
+
+def visibility_api_manifests(port: int, certificate: Path) -> list[dict[str, Any]]:
+    """The ExternalName Service that routes to the visibility server on localhost:`port`, and one APIService
+    per version it serves, trusting its self-signed certificate."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": VISIBILITY_SERVICE, "namespace": KUEUE_NAMESPACE},
+        "spec": {"type": "ExternalName", "externalName": "localhost"},
+    }
+    ca_bundle = base64.b64encode(certificate.read_bytes()).decode("ascii")
+    api_services: list[dict[str, Any]] = [
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": f"{version}.{VISIBILITY_GROUP}"},
+            "spec": {
+                "group": VISIBILITY_GROUP,
+                "version": version,
+                "service": {"name": VISIBILITY_SERVICE, "namespace": KUEUE_NAMESPACE, "port": port},
+                "caBundle": ca_bundle,
+                # Kueue's own manifests' priorities.
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+            },
+        }
+        for version in VISIBILITY_VERSIONS
+    ]
+    return [service, *api_services]
 
 
 # Manifests of Kueue's API (kueue.x-k8s.io/v1beta2) that tests and benchmarks create.

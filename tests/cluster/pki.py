@@ -21,6 +21,9 @@ _VALIDITY = datetime.timedelta(days=7)
 # Clocks of the processes involved are the same machine's, but leave slack for certificate checks that
 # compare "not before" against a clock read a moment earlier.
 _BACKDATE = datetime.timedelta(minutes=5)
+# The common name of the API server's proxy client certificate (the aggregation layer's), as kubeadm names it;
+# aggregated servers accept request headers only from a client of this name (--requestheader-allowed-names).
+FRONT_PROXY_CLIENT_NAME = "front-proxy-client"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,11 @@ class ClusterPki:
     scheduler: CertificatePair
     service_account_private_key: Path
     service_account_public_key: Path
+    # The API aggregation layer: the API server proxies requests for an APIService's group to its server
+    # (Kueue's visibility server) as this client, and that server trusts the user named in the request's
+    # headers only from a client certificate of this CA, which must not be the CA of ordinary clients.
+    front_proxy_ca: CertificatePair
+    front_proxy_client: CertificatePair
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -69,10 +77,12 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
     return x509.Name(attributes)
 
 
-def _make_ca(directory: Path) -> tuple[CertificatePair, ec.EllipticCurvePrivateKey, x509.Certificate]:
+def _make_ca(
+    directory: Path, file_stem: str = "ca", common_name: str = "batchmark-test-ca"
+) -> tuple[CertificatePair, ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = _new_key()
     now = datetime.datetime.now(datetime.UTC)
-    name = _name("batchmark-test-ca")
+    name = _name(common_name)
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -99,7 +109,7 @@ def _make_ca(directory: Path) -> tuple[CertificatePair, ec.EllipticCurvePrivateK
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    pair = CertificatePair(certificate=directory / "ca.crt", key=directory / "ca.key")
+    pair = CertificatePair(certificate=directory / f"{file_stem}.crt", key=directory / f"{file_stem}.key")
     pair.certificate.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     _write_key(key, pair.key)
     return pair, key, certificate
@@ -217,6 +227,18 @@ def make_cluster_pki(directory: Path) -> ClusterPki:
     controller_manager = client("controller-manager", "system:kube-controller-manager")
     scheduler = client("scheduler", "system:kube-scheduler")
 
+    front_proxy_ca, front_proxy_key, front_proxy_certificate = _make_ca(
+        directory, "front-proxy-ca", "batchmark-test-front-proxy-ca"
+    )
+    front_proxy_client = _issue(
+        directory,
+        "front-proxy-client",
+        _name(FRONT_PROXY_CLIENT_NAME),
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        ca_key=front_proxy_key,
+        ca_certificate=front_proxy_certificate,
+    )
+
     service_account_key = _new_key()
     service_account_private_key = directory / "service-account.key"
     _write_key(service_account_key, service_account_private_key)
@@ -235,4 +257,6 @@ def make_cluster_pki(directory: Path) -> ClusterPki:
         scheduler=scheduler,
         service_account_private_key=service_account_private_key,
         service_account_public_key=service_account_public_key,
+        front_proxy_ca=front_proxy_ca,
+        front_proxy_client=front_proxy_client,
     )

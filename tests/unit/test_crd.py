@@ -94,6 +94,7 @@ def test_printer_columns_and_names() -> None:
         ("P99", 1),
         ("Engine", 1),
         ("Best-Batch", 1),
+        ("Queue-Pos", 1),
     ]
     assert version["subresources"] == {"status": {}}
     assert crd["spec"]["names"]["shortNames"] == ["bb"]

@@ -275,6 +275,19 @@ class Preemption(ApiModel):
     )
 
 
+class QueueStatus(ApiModel):
+    """Where a Queued benchmark waits, as Kueue's visibility API reports it; absent where that API is not served,
+    and once Kueue admitted the benchmark."""
+
+    name: str = Field(description="The LocalQueue it waits in.")
+    position: int = Field(
+        ge=0, description="Its position in the LocalQueue, as Kueue counts it: 0 is the next to be admitted."
+    )
+    cluster_queue_position: int = Field(
+        ge=0, description="Its position among the pending workloads of all LocalQueues of the ClusterQueue (from 0)."
+    )
+
+
 class BatchBenchmarkStatus(ApiModel):
     """Where the benchmark is, and its results. Each field has one writer (see batchmark.operator.status)."""
 
@@ -295,6 +308,9 @@ class BatchBenchmarkStatus(ApiModel):
     )
     preemptions: list[Preemption] | None = Field(
         default=None, max_length=20, description="Times Kueue preempted it, oldest first, with their results."
+    )
+    queue: QueueStatus | None = Field(
+        default=None, description="While Queued: its position in its Kueue LocalQueue, where Kueue reports it."
     )
     results_config_map: str | None = Field(default=None, description="ConfigMap holding the full report.")
     run_id: str | None = Field(default=None, description="Id of the runner's run (in the full report too).")

@@ -169,6 +169,13 @@ def _printer_columns() -> list[dict[str, Any]]:
             "Batch size of the headline benchmark (a sweep's recommended point).",
             1,
         ),
+        column(
+            "Queue-Pos",
+            "integer",
+            ".status.queue.position",
+            "While Queued: its position in its Kueue LocalQueue (0: next to be admitted).",
+            1,
+        ),
     ]
 
 

@@ -13,11 +13,15 @@ Refreshes have threads of their own, apart from kopf's, which run the create han
 benchmarks are applied at once, their creations (a dozen calls each) would otherwise hold every thread. And a
 refresh after a Job finished goes before the routine ones (batchmark.operator.workers): a benchmark that
 finished is marked so without waiting for every pod and runner update queued before it.
+
+Queue positions change with no event on a benchmark (another one was admitted): one task polls them
+(batchmark.operator.positions) and refreshes only the benchmarks whose position moved, at a bounded rate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -47,6 +51,16 @@ REFRESH_ATTEMPTS = 5  # a refresh the API server fails is tried again, 2, 4, 6 a
 WORKERS = 16  # threads for the synchronous handlers (kopf's executor): creation, cancel
 REFRESH_WORKERS = 8  # threads for refreshes after an event
 API_CONNECTIONS = WORKERS + REFRESH_WORKERS  # one pooled connection to the API server per thread
+# How often the positions of Queued benchmarks are read at most: one call per LocalQueue each time.
+QUEUE_POSITION_SECONDS = 5.0
+# Each benchmark whose position moved costs a refresh (a GET and a status patch), and when the head of a long
+# queue is admitted every benchmark behind it moves: the polls are spaced so that these refreshes average at
+# most this many per second (a queue of 200 sees its positions every 40 s), and run at most this many at once,
+# so that the refreshes events ask for (admissions, finished pods) still find worker threads.
+POSITION_REFRESHES_PER_SECOND = 5.0
+POSITION_REFRESHES_AT_ONCE = 2
+
+log = logging.getLogger(__name__)
 
 
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -90,6 +104,43 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     def stop_refreshers(**_: Any) -> None:
         for workers in refreshers:
             workers.shutdown()
+
+    background: list[asyncio.Task[None]] = []
+
+    async def follow_queue_positions() -> None:
+        at_once = asyncio.Semaphore(POSITION_REFRESHES_AT_ONCE)
+
+        async def refresh_moved(namespace: str, name: str) -> None:
+            async with at_once:
+                await refresh_soon(namespace, name)
+
+        delay = QUEUE_POSITION_SECONDS
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                moved = await asyncio.wrap_future(refreshers[0].submit(ROUTINE, reconciler.positions.poll))
+                # Awaited before the next poll: the polls never outrun the refreshes they cause.
+                outcomes = await asyncio.gather(
+                    *(refresh_moved(namespace, name) for namespace, name in moved), return_exceptions=True
+                )
+            except Exception as error:  # never let one bad poll end the polling
+                log.warning("polling queue positions failed: %s", error)
+                continue
+            for outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    log.warning("refreshing a queued benchmark's position failed: %s", outcome)
+            delay = max(QUEUE_POSITION_SECONDS, len(moved) / POSITION_REFRESHES_PER_SECOND)
+
+    @kopf.on.startup(registry=registry)
+    async def start_following_queue_positions(**_: Any) -> None:
+        background.append(asyncio.create_task(follow_queue_positions()))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_following_queue_positions(**_: Any) -> None:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        background.clear()
 
     def bind(indices: Mapping[str, Any]) -> None:
         """Point the reconciler at kopf's indices (every handler is handed them)."""

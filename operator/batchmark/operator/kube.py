@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from batchmark.operator import kueue
+from batchmark.operator import kueue, positions
 from batchmark.operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 COMPONENT = "batchmark-operator"
@@ -67,7 +67,7 @@ class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
 
-    def _request(
+    def request(
         self,
         method: str,
         path: str,
@@ -97,7 +97,7 @@ class Kube:
     def _read(self, path: str, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any] | None:
         """A GET; None when the object does not exist."""
         try:
-            return self._request("GET", path, query=query)
+            return self.request("GET", path, query=query)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -108,11 +108,11 @@ class Kube:
 
     def patch_status(self, namespace: str, name: str, fields: Mapping[str, Any]) -> None:
         path = f"{_BENCHMARKS.format(namespace=namespace)}/{name}/status"
-        self._request("PATCH", path, {"status": dict(fields)}, content_type=MERGE_PATCH)
+        self.request("PATCH", path, {"status": dict(fields)}, content_type=MERGE_PATCH)
 
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any]:
         """The ConfigMap; ApiException (404 included) when it cannot be read."""
-        return self._request("GET", f"{_COLLECTIONS['ConfigMap'].format(namespace=namespace)}/{name}")
+        return self.request("GET", f"{_COLLECTIONS['ConfigMap'].format(namespace=namespace)}/{name}")
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(f"{_COLLECTIONS['Job'].format(namespace=namespace)}/{name}")
@@ -121,7 +121,7 @@ class Kube:
         """Stop the Job's pods (SIGTERM, then the grace period) without counting them as failures."""
         try:
             path = f"{_COLLECTIONS['Job'].format(namespace=namespace)}/{name}"
-            self._request("PATCH", path, {"spec": {"suspend": True}}, content_type=MERGE_PATCH)
+            self.request("PATCH", path, {"spec": {"suspend": True}}, content_type=MERGE_PATCH)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -139,7 +139,7 @@ class Kube:
         if kind not in _COLLECTIONS:
             raise ValueError(f"no creator for {kind}")
         try:
-            self._request("POST", _COLLECTIONS[kind].format(namespace=namespace), manifest)
+            self.request("POST", _COLLECTIONS[kind].format(namespace=namespace), manifest)
         except ApiException as error:
             if error.status == 409:
                 return False
@@ -172,7 +172,7 @@ class Kube:
             "lastTimestamp": now,
             "count": 1,
         }
-        self._request("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
+        self.request("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
 
 
 class KueueApi:
@@ -181,6 +181,16 @@ class KueueApi:
     def __init__(self, api: client.ApiClient) -> None:
         self.apis = client.ApisApi(api)
         self.custom = client.CustomObjectsApi(api)
+        self.kube = Kube(api)
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
+        """The LocalQueue's pending Workloads with their positions (Kueue's visibility API, an aggregated API:
+        404 or 503 where no visibility server is registered or it is down); ApiException on an error."""
+        path = (
+            f"/apis/{positions.VISIBILITY_GROUP}/{positions.VISIBILITY_VERSION}/namespaces/{namespace}"
+            f"/localqueues/{local_queue}/pendingworkloads"
+        )
+        return self.kube.request("GET", path)
 
     def installed(self) -> bool:
         """Whether the API server serves Kueue's API (its CRDs are installed). Discovery needs no RBAC."""

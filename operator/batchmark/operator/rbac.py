@@ -11,7 +11,8 @@ Why each:
 - customresourcedefinitions and namespaces: kopf discovers its resources and namespaces with them.
 - Kueue (kueue.x-k8s.io), for benchmarks with spec.queueName: workloads, to follow admission and preemption
   (patch: a cancelled queued benchmark's Workload is deactivated); localqueues and workloadpriorityclasses,
-  checked before the Job is created.
+  checked before the Job is created; localqueues/pendingworkloads of Kueue's visibility API
+  (visibility.kueue.x-k8s.io), read for the positions of the Queued benchmarks (one GET per LocalQueue).
 """
 
 from __future__ import annotations
@@ -35,4 +36,5 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloadpriorityclasses"], "verbs": ["get"]},
+    {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
 ]

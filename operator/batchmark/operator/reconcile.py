@@ -9,7 +9,8 @@
 
 A benchmark with ``spec.queueName`` is refused where Kueue is not installed or its LocalQueue does not exist;
 otherwise its Job is created suspended for Kueue to admit (batchmark.operator.kueue), and Kueue's Workload
-is read into the status with the Job.
+is read into the status with the Job, and, while it waits, its position in the queue (batchmark.operator.positions:
+polled, not read per refresh).
 - ``forget``: the resource is deleted (its children go by owner reference); drop its metrics.
 """
 
@@ -26,7 +27,9 @@ from pydantic import ValidationError
 from batchmark.operator import children, kueue
 from batchmark.operator.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
 from batchmark.operator.kube import Kube, KueueApi
+from batchmark.operator.kueue import WorkloadView
 from batchmark.operator.metrics import OperatorMetrics
+from batchmark.operator.positions import QueuePosition, QueuePositions
 from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.watched import ApiChildren, Children
 from batchmark.runner.summary import headline, parse_summary
@@ -53,6 +56,7 @@ class Reconciler:
         # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (handlers.py).
         self.api_children = ApiChildren(kube, self.kueue)
         self.children: Children = self.api_children
+        self.positions = QueuePositions(self.kueue.pending_workloads)
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
         self._locks: dict[tuple[str, str], threading.RLock] = {}
@@ -166,6 +170,7 @@ class Reconciler:
             cancel = bool((body.get("spec") or {}).get("cancel"))
             if cancel and workload is not None and workload.active:
                 self.kueue.deactivate(namespace, workload.name)
+            position = self._position(namespace, name, job, workload, cancel)
             observation = Observation(
                 generation=int(body["metadata"].get("generation") or 1),
                 cancel=cancel,
@@ -176,6 +181,7 @@ class Reconciler:
                 invalid_reason=invalid_reason,
                 queued=queued,
                 workload=workload,
+                position=position,
             )
             update = build_status(observation)
             fields = {**update.fields, **(extra or {})}
@@ -192,6 +198,16 @@ class Reconciler:
                 self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])
             return update
 
+    def _position(
+        self, namespace: str, name: str, job: JobView | None, workload: WorkloadView | None, cancel: bool
+    ) -> QueuePosition | None:
+        """Where the benchmark waits in its LocalQueue (as last polled), while Kueue has not admitted it."""
+        queue = job.queue_name if job is not None and job.suspended and not cancel else None
+        if queue is None or workload is None or not workload.active or workload.admitted:
+            self.positions.forget(namespace, name)
+            return None
+        return self.positions.position(namespace, name, queue, workload.name)
+
     def cancel(self, namespace: str, name: str) -> None:
         """Stop the benchmark, keeping its Job (and the results its pod writes on SIGTERM).
 
@@ -206,6 +222,7 @@ class Reconciler:
 
     def forget(self, namespace: str, name: str) -> None:
         self.metrics.forget(namespace, name)
+        self.positions.forget(namespace, name)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
             self._seen.pop(("benchmark", namespace, name), None)

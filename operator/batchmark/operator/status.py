@@ -4,7 +4,7 @@ Writers of the status, one per field:
 - the runner (in the benchmark's pod): ``progress``, ``engine``, ``results``, ``headline``, ``runId``;
 - the operator, through ``build_status`` here: ``phase``, ``reason``, ``message``, ``conditions``,
   ``observedGeneration``, ``jobName``, ``podName``, ``nodeName``, ``startTime``, ``completionTime``,
-  ``attempts``, ``preemptions``, ``resultsConfigMap`` — and ``results``/``engine``/``headline`` only when
+  ``attempts``, ``preemptions``, ``queue``, ``resultsConfigMap`` — and ``results``/``engine``/``headline`` only when
   the run finished and the runner could not write them (then they come from the pod's termination message).
 
 Everything here is a pure function over typed views of the Kubernetes objects, tested directly.
@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 
 from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
 from batchmark.operator.kueue import QUEUE_NAME_LABEL, WorkloadView
+from batchmark.operator.positions import QueuePosition
 from batchmark.runner.summary import parse_summary
 
 RUNNER_CONTAINER = "runner"
@@ -103,7 +104,12 @@ class JobView:
     failed_message: str | None = None
     completion_time: str | None = None
     uid: str = ""  # Kueue's Workload for the Job carries it
-    queued: bool = False  # created with Kueue's queue-name label (spec.queueName)
+    queue_name: str | None = None  # Kueue's queue-name label (spec.queueName): the LocalQueue it waits in
+
+    @property
+    def queued(self) -> bool:
+        """Created to wait in a Kueue LocalQueue."""
+        return self.queue_name is not None
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> JobView:
@@ -134,7 +140,7 @@ class JobView:
             failed_message=failed_message,
             completion_time=str(finished_at) if finished_at else None,
             uid=str(metadata.get("uid") or ""),
-            queued=QUEUE_NAME_LABEL in (metadata.get("labels") or {}),
+            queue_name=(metadata.get("labels") or {}).get(QUEUE_NAME_LABEL),
         )
 
 
@@ -151,6 +157,7 @@ class Observation:
     invalid_reason: str = "InvalidConfig"  # or KueueNotInstalled, LocalQueueNotFound
     queued: bool = False  # spec.queueName: the Job waits in a Kueue LocalQueue
     workload: WorkloadView | None = None  # Kueue's Workload for the Job, once it exists
+    position: QueuePosition | None = None  # the Workload's place in its queue, where Kueue reports it
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,10 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
             preemptions = _preemptions(observation, when)
             if preemptions:
                 fields["preemptions"] = preemptions
+            # None (cleared, in a merge patch) once it no longer waits, or where no position is known.
+            workload, position = observation.workload, observation.position
+            waiting = phase == "Queued" and workload is not None and not workload.admitted
+            fields["queue"] = position.status() if waiting and position is not None else None
     if pod is not None:
         fields["podName"] = pod.name
         if pod.node_name:
@@ -238,17 +249,23 @@ def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, s
     if observation.cancel:
         return _running_phase(observation, pod, "Cancelling", "stopping the benchmark (spec.cancel)")
     if observation.queued and job.suspended:
-        return _queued(observation.workload)
+        return _queued(observation.workload, observation.position)
     return _running_phase(observation, pod, None, None)
 
 
-def _queued(workload: WorkloadView | None) -> tuple[Phase, str, str]:
-    """Waiting for Kueue to admit the Job: Kueue's own reason and message (e.g. insufficient quota)."""
+def _queued(workload: WorkloadView | None, position: QueuePosition | None) -> tuple[Phase, str, str]:
+    """Waiting for Kueue to admit the Job: Kueue's own reason and message (e.g. insufficient quota), after the
+    position in the queue where Kueue reports one."""
     if workload is None:
         return "Queued", "Pending", "waiting for Kueue to create the benchmark's Workload"
     if workload.admitted:
         return "Queued", "Admitted", workload.admitted_message or "admitted by Kueue; the Job starts"
-    return "Queued", workload.reason, workload.message
+    return "Queued", workload.reason, _waiting_message(workload, position)
+
+
+def _waiting_message(workload: WorkloadView, position: QueuePosition | None) -> str:
+    # First: a long message of Kueue's is cut at the status's bound, the position must not be.
+    return f"{position.describe()}; {workload.message}" if position is not None else workload.message
 
 
 def _preemptions(observation: Observation, when: str) -> list[dict[str, Any]]:
@@ -386,7 +403,7 @@ def _queue_conditions(observation: Observation) -> dict[str, tuple[Literal["True
     elif workload is None:
         admitted = ("False", "Pending", "waiting for Kueue to create the benchmark's Workload")
     else:
-        admitted = ("False", workload.reason, workload.message)
+        admitted = ("False", workload.reason, _waiting_message(workload, observation.position))
     preempted: tuple[Literal["True", "False"], str, str] = ("False", "NotPreempted", "")
     if workload is not None and workload.preemptions:
         times = "once" if workload.preemptions == 1 else f"{workload.preemptions} times"

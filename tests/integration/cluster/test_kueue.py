@@ -3,6 +3,8 @@ local control plane, and the node agent runs them once admitted: the ground the 
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 import urllib.error
 import uuid
@@ -18,6 +20,8 @@ from tests.cluster.fixtures import KubeCluster
 from tests.cluster.kueue import (
     KUEUE_API_VERSION,
     QUEUE_NAME_LABEL,
+    VISIBILITY_GROUP,
+    VISIBILITY_VERSIONS,
     Kueue,
     cluster_queue,
     local_queue,
@@ -318,3 +322,69 @@ def test_the_example_queues_admit_a_gpu_job(queues: Queues, kube_namespace: str)
     queues.create(gpu_job(kube_namespace, "one", queue, seconds=1))
     run_until_all_finish(queues, kube_namespace, count=1, timeout_seconds=60)
     assert all(succeeded(job) for job in jobs(queues, kube_namespace))
+
+
+def pending_workloads(kube_cluster: KubeCluster, path: str) -> list[dict[str, Any]]:
+    """`kubectl get --raw` of a visibility API path: served by Kueue's visibility server, through the API server's
+    aggregation layer."""
+    answer = kube_cluster.kubectl("get", "--raw", f"/apis/{VISIBILITY_GROUP}/v1beta2/{path}/pendingworkloads")
+    summary = json.loads(answer.stdout)
+    assert summary["kind"] == "PendingWorkloadsSummary", summary
+    items: list[dict[str, Any]] = summary["items"]
+    return items
+
+
+def owner_names(items: list[dict[str, Any]]) -> list[str]:
+    return [item["metadata"]["ownerReferences"][0]["name"] for item in items]
+
+
+def test_kueue_reports_queue_positions_through_the_api_server(
+    queues: Queues, kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    for version in VISIBILITY_VERSIONS:
+        service = queues.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY_GROUP}")
+        available = next(entry for entry in service["status"]["conditions"] if entry["type"] == "Available")
+        assert available["status"] == "True", available
+    flavor = queues.create(resource_flavor(queues.name("gpu")))["metadata"]["name"]
+    cluster = queues.create(cluster_queue(queues.name("one-gpu"), flavor, gpus=1))["metadata"]["name"]
+    queues.create(local_queue(kube_namespace, "team", cluster))
+    queues.create(local_queue(kube_namespace, "other", cluster))
+    # Holds the one GPU while the others queue behind it.
+    queues.create(gpu_job(kube_namespace, "first", "team", seconds=30))
+    wait_for(
+        "the first Job to be admitted",
+        lambda: unsuspended(queues.get(f"/apis/batch/v1/namespaces/{kube_namespace}/jobs/first")),
+    )
+
+    def pending(job_name: str) -> bool:
+        return job_name in owner_names(pending_workloads(kube_cluster, f"clusterqueues/{cluster}"))
+
+    # One at a time, so that Kueue's order (priority, then creation) is the order they were made in.
+    for index, queue in enumerate(("team", "other", "team", "team")):
+        queues.create(gpu_job(kube_namespace, f"wait-{index}", queue, seconds=3))
+        wait_for(f"wait-{index} to be pending", functools.partial(pending, f"wait-{index}"))
+        time.sleep(1.1)  # creation timestamps have whole seconds
+
+    in_team = pending_workloads(kube_cluster, f"namespaces/{kube_namespace}/localqueues/team")
+    assert owner_names(in_team) == ["wait-0", "wait-2", "wait-3"]
+    assert [item["positionInLocalQueue"] for item in in_team] == [0, 1, 2]
+    assert [item["positionInClusterQueue"] for item in in_team] == [0, 2, 3]
+    in_other = pending_workloads(kube_cluster, f"namespaces/{kube_namespace}/localqueues/other")
+    assert [(item["positionInLocalQueue"], item["positionInClusterQueue"]) for item in in_other] == [(0, 1)]
+    in_cluster_queue = pending_workloads(kube_cluster, f"clusterqueues/{cluster}")
+    assert owner_names(in_cluster_queue) == ["wait-0", "wait-1", "wait-2", "wait-3"]
+
+    # As the queue drains, the ones behind move up.
+    wait_for(
+        "wait-0 to be admitted",
+        lambda: (
+            owner_names(pending_workloads(kube_cluster, f"namespaces/{kube_namespace}/localqueues/team"))
+            == ["wait-2", "wait-3"]
+        ),
+        timeout_seconds=60,
+    )
+    in_team = pending_workloads(kube_cluster, f"namespaces/{kube_namespace}/localqueues/team")
+    assert [item["positionInLocalQueue"] for item in in_team] == [0, 1]
+    assert [item["positionInClusterQueue"] for item in in_team] == [1, 2]
+    run_until_all_finish(queues, kube_namespace, count=5, timeout_seconds=120)
+    assert pending_workloads(kube_cluster, f"namespaces/{kube_namespace}/localqueues/team") == []

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from tests.cluster.controlplane import ControlPlane, locate_binaries
+from batchmark.operator.rbac import OPERATOR_RULES
+from tests.cluster.controlplane import ControlPlane, locate_binaries, write_kubeconfig
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor, workload_priority_class
 from tests.integration.operator.conftest import (
@@ -335,3 +336,142 @@ def test_cancelling_a_queued_benchmark_keeps_kueue_from_restarting_it(
     workloads = cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kube_namespace}/workloads")
     assert [workload["spec"]["active"] for workload in workloads["items"]] == [False]
     assert running_jobs(cluster, kube_namespace) == 0
+
+
+def queue_positions(cluster: KubeCluster, namespace: str) -> dict[str, dict[str, Any]]:
+    """status.queue of each Queued benchmark that shows one."""
+    return {
+        name: status["queue"]
+        for name, status in statuses(cluster, namespace).items()
+        if status.get("phase") == "Queued" and status.get("queue")
+    }
+
+
+def test_queued_benchmarks_show_their_positions_as_the_queue_drains(
+    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    gpu_queue(objects, kube_namespace, gpus=1)
+    names = [f"turn-{index}" for index in range(4)]
+    # One at a time, so that Kueue's order (creation, to the second) is theirs.
+    for name in names:
+        apply(cluster, kube_namespace, queued_run(name, seconds=10))
+        time.sleep(1.1)
+
+    def positions_become(expected: dict[str, int]) -> dict[str, dict[str, Any]]:
+        def probe() -> dict[str, dict[str, Any]] | None:
+            found = queue_positions(cluster, kube_namespace)
+            return found if {name: entry["position"] for name, entry in found.items()} == expected else None
+
+        return wait_for(f"the positions {expected}", probe, timeout_seconds=90)
+
+    # turn-0 runs; the other three wait behind it, at 0, 1 and 2, in the order they came.
+    three = positions_become({"turn-1": 0, "turn-2": 1, "turn-3": 2})
+    assert all(entry["name"] == "gpus" for entry in three.values())
+    assert all(entry["clusterQueuePosition"] == entry["position"] for entry in three.values())
+    last = benchmark(cluster, kube_namespace, "turn-3")["status"]
+    assert last["message"].startswith("position 2 in LocalQueue gpus, 2 in its ClusterQueue"), last["message"]
+    assert "insufficient unused quota for nvidia.com/gpu" in last["message"]
+    assert condition(last, "Admitted")["message"] == last["message"]
+
+    # turn-1 is admitted: it shows none, and the two behind it move up.
+    positions_become({"turn-2": 0, "turn-3": 1})
+    assert "queue" not in benchmark(cluster, kube_namespace, "turn-1")["status"]
+    positions_become({"turn-3": 0})
+    for name in names:
+        wait_for_phase(cluster, kube_namespace, name, {"Succeeded"}, timeout_seconds=180)
+    for name, status in statuses(cluster, kube_namespace).items():
+        assert "queue" not in status, (name, status)
+        assert status["results"]
+
+
+def test_without_kueues_visibility_api_queued_benchmarks_run_without_positions(
+    batchmark_operator: OperatorProcess, objects: ClusterObjects, kueue: Kueue, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    gpu_queue(objects, kube_namespace, gpus=1)
+    log_before = batchmark_operator.log_path.read_text(errors="replace")
+    kueue.unregister_visibility_api()
+    try:
+        apply(cluster, kube_namespace, *(queued_run(f"blind-{index}", seconds=3) for index in range(3)))
+        waiting = wait_for(
+            "two Queued behind the first",
+            lambda: (
+                found
+                if len(
+                    found := {n: s for n, s in statuses(cluster, kube_namespace).items() if s.get("phase") == "Queued"}
+                )
+                == 2
+                else None
+            ),
+            timeout_seconds=60,
+        )
+        time.sleep(12)  # two polls at least
+        for name in [f"blind-{index}" for index in range(3)]:
+            wait_for_phase(cluster, kube_namespace, name, {"Succeeded"}, timeout_seconds=180)
+    finally:
+        kueue.register_visibility_api(time.monotonic() + 60)
+    assert all("queue" not in status for status in waiting.values())
+    assert all(not status["message"].startswith("position") for status in waiting.values())
+    for status in statuses(cluster, kube_namespace).values():
+        assert "queue" not in status
+    batchmark_operator.assert_alive()
+    new_log = batchmark_operator.log_path.read_text(errors="replace")[len(log_before) :]
+    warnings = [line for line in new_log.splitlines() if "queue positions of LocalQueue" in line]
+    assert len(warnings) == 1, warnings
+    assert f"{kube_namespace}/gpus" in warnings[0]
+    assert "HTTP 404" in warnings[0] or "HTTP 503" in warnings[0], warnings[0]
+
+
+def test_with_exactly_its_documented_rbac_the_operator_reads_queue_positions(
+    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The visibility server authorizes each proxied request with a SubjectAccessReview of the operator's own
+    user: the operator's rules (rbac.py, the chart's) must grant it, and nothing more is needed."""
+    cluster = batchmark_operator.cluster
+    account, role = "batchmark-operator", f"batchmark-operator-{kube_namespace}"
+    manifests: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": kube_namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": OPERATOR_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": kube_namespace}],
+        },
+    ]
+    apply(cluster, kube_namespace, *manifests)
+    token = cluster.kubectl("create", "token", account, "-n", kube_namespace, "--duration=1h").stdout.strip()
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    write_kubeconfig(kubeconfig, cluster.server, cluster.pki.ca.certificate, account, token=token)
+    gpu_queue(objects, kube_namespace, gpus=1)
+    # The session's operator (admin) steps aside while this one works; it comes back for the other tests.
+    batchmark_operator.stop()
+    restricted = OperatorProcess(cluster, tmp_path / "operator.log", kubeconfig=kubeconfig)
+    try:
+        restricted.start()
+        apply(cluster, kube_namespace, queued_run("ahead", seconds=15))
+        time.sleep(1.1)
+        apply(cluster, kube_namespace, queued_run("behind", seconds=2))
+        shown = wait_for(
+            "the position of the one behind",
+            lambda: queue_positions(cluster, kube_namespace).get("behind"),
+            timeout_seconds=60,
+        )
+        assert shown == {"name": "gpus", "position": 0, "clusterQueuePosition": 0}
+        wait_for_phase(cluster, kube_namespace, "behind", {"Succeeded"}, timeout_seconds=180)
+        restricted.assert_alive()
+        log = restricted.log_path.read_text(errors="replace")
+        assert "Forbidden" not in log
+        assert " 403" not in log
+        assert "queue positions of LocalQueue" not in log
+    finally:
+        restricted.stop()
+        batchmark_operator.start()
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding", role, check=False)
