@@ -537,8 +537,11 @@ class ControlPlane:
         )
         return ApiClient(configuration)
 
-    def start_node_agent(self, timeout_seconds: float = 30) -> None:
-        """Start the node agent that runs the fake nodes' pods as local processes."""
+    def start_node_agent(self, timeout_seconds: float = 30, images: Sequence[str] = ()) -> None:
+        """Start the node agent that runs the fake nodes' pods as local processes.
+
+        images: present on the nodes besides the project's own (nodeagent.PROJECT_IMAGES); no other image
+        can be pulled."""
         if self._node_agent is not None and processes.is_alive(self._node_agent):
             return
         directory = self.layout.node_agent_directory
@@ -551,6 +554,8 @@ class ControlPlane:
         command += ["--tls-private-key-file", str(self.pki.node_agent.key)]
         for node in self.node_names:
             command += ["--node", node]
+        for image in images:
+            command += ["--image", image]
         process, record = processes.start_detached(
             "nodeagent", command, self.layout.log_directory / "nodeagent.log", self.layout.pid_directory
         )

@@ -5,10 +5,17 @@ It watches the pods bound to its nodes and, for each one, as a kubelet would:
 - materialises the pod's ConfigMap, Secret, projected (service-account token, ConfigMap, Secret, downward
   API), downward-API and emptyDir volumes as files under a folder of the pod's own, and uses hostPath
   volumes as they are;
+- makes sure each container's image is on the node before it starts, under the container's
+  `imagePullPolicy`: the nodes hold a fixed set of images (the project's own, PROJECT_IMAGES, plus those
+  given with --image) and no registry is reachable from them, so any other image fails to pull as it would
+  on a kubelet (waiting ErrImagePull, then ImagePullBackOff with back-off and retries, or ErrImageNeverPull,
+  InvalidImageName; with the kubelet's events); a present image is never really pulled or unpacked;
 - builds each container's environment (`env` with `value` and `valueFrom` for ConfigMaps, Secrets and pod
   fields, `envFrom`), expands `$(VAR)` references in command and args, and starts the command in its
-  working directory; an image is never pulled: the command runs with this machine's programs, the agent's
-  own Python environment first on PATH (so `batchmark` is this checkout's);
+  working directory: the command runs with this machine's programs, the agent's own Python environment
+  first on PATH (so `batchmark` is this checkout's), whatever the image;
+- enforces each container's memory limit as a memory cgroup's OOM killer appears to a kubelet: over its
+  `resources.limits.memory`, the container's process tree is killed and it ends OOMKilled, exit code 137;
 - runs init containers one after another, then the containers, restarting them as `restartPolicy` says;
 - reports the pod's status (Pending, Running, Succeeded or Failed, conditions, container states with exit
   code, reason and termination message) and events;
@@ -31,9 +38,9 @@ It also serves the kubelet's containerLogs endpoint, so `kubectl logs [-f]` work
 Readiness probes (httpGet and tcpSocket, on 127.0.0.1) decide when a running container is ready, with the
 probe's delay, period, timeout and thresholds, so `helm install --wait` and rollouts wait as they would on a
 kubelet. Not supported: images' entrypoints (a container without `command` runs --default-entrypoint),
-liveness, startup and exec probes (a container with only those counts as ready once running), resource
-limits, network isolation (every pod's IP is 127.0.0.1 and its ports are this machine's), `kubectl exec`,
-`attach` and `port-forward`.
+liveness, startup and exec probes (a container with only those counts as ready once running), CPU limits
+and requests (memory limits are enforced, see MemoryLimits), network isolation (every pod's IP is 127.0.0.1
+and its ports are this machine's), `kubectl exec`, `attach` and `port-forward`.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import contextlib
 import datetime
 import http.server
 import json
+import math
 import os
 import re
 import shutil
@@ -59,7 +67,7 @@ import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +99,23 @@ FALLBACK_LOG_BYTES = 2048
 HEARTBEAT_SECONDS = 30
 # A kubelet backs off restarting crashing containers for 10 s up to 5 min; tests want it quicker.
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0)
+# The images on every fake node. The agent runs this checkout's programs whatever the image says, so the node
+# holds the project's own images under every tag (`:*`): the runner (the chart's benchmarkDefaults and the
+# operator's default image) and the operator (the chart's Deployment). Any other image would have to be pulled,
+# and no registry is reachable from these nodes. A test checks that this covers the chart's values and the
+# operator's default.
+PROJECT_IMAGES = (
+    "batchmark-runner:*",
+    "batchmark-operator:*",
+    "ghcr.io/batchmark/batchmark-runner:*",
+    "ghcr.io/batchmark/batchmark-operator:*",
+)
+# A kubelet backs off pulling an image for 10 s, doubling up to 5 min; here five times quicker.
+IMAGE_PULL_BACKOFF_SECONDS = (2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
+# How long a failed pull shows as ErrImagePull before the back-off does (a kubelet's next sync of the pod).
+IMAGE_PULL_SYNC_SECONDS = 1.0
+# How often the processes of containers with a memory limit are measured.
+MEMORY_POLL_SECONDS = 0.25
 
 
 def now_rfc3339() -> str:
@@ -229,6 +254,219 @@ def expand_references(value: str, environment: Mapping[str, str]) -> str:
         return environment.get(name, match.group(0))
 
     return _REFERENCE.sub(replace, value)
+
+
+# Image references, as a container runtime parses and normalises them (the distribution/reference grammar).
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}|\*))?"
+    r"(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}))?"
+)
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    """An image reference, normalised: `busybox` is `docker.io/library/busybox:latest`."""
+
+    repository: str  # registry domain and path
+    tag: str | None  # None only with a digest; `*` (in the node's list only) stands for every tag
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, reference: str, wildcard: bool = False) -> ImageReference:
+        """Parse as a kubelet does (ValueError: invalid reference format); wildcard allows the tag `*`."""
+        match = _IMAGE_REFERENCE.fullmatch(reference)
+        if match is None or len(match.group("name")) > 255 or (match.group("tag") == "*" and not wildcard):
+            raise ValueError("invalid reference format")
+        name = match.group("name")
+        first, slash, rest = name.partition("/")
+        # Docker's rule: the first component is a registry when it looks like a host; else it is Docker Hub.
+        if slash and (any(mark in first for mark in ".:") or first == "localhost" or first != first.lower()):
+            domain, path = first, rest
+        else:
+            domain, path = "docker.io", name
+        if domain == "index.docker.io":
+            domain = "docker.io"
+        if domain == "docker.io" and "/" not in path:
+            path = f"library/{path}"
+        tag, digest = match.group("tag"), match.group("digest")
+        if tag is None and digest is None:
+            tag = "latest"
+        return cls(f"{domain}/{path}", tag, digest)
+
+    @property
+    def registry(self) -> str:
+        domain = self.repository.split("/", 1)[0]
+        return "registry-1.docker.io" if domain == "docker.io" else domain
+
+    def __str__(self) -> str:
+        return self.repository + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
+
+
+class ImageStore:
+    """The images present on the fake nodes. Nothing else can be pulled: no registry is reachable from them."""
+
+    def __init__(self, references: Iterable[str]) -> None:
+        self.references = list(references)
+        self.images = [ImageReference.parse(reference, wildcard=True) for reference in self.references]
+
+    def has(self, image: ImageReference) -> bool:
+        for present in self.images:
+            if present.repository != image.repository:
+                continue
+            if present.tag == "*" or (image.digest is not None and present.digest == image.digest):
+                return True
+            if image.digest is None and present.tag == image.tag:
+                return True
+        return False
+
+    def pull_error(self, image: ImageReference, node: str) -> str:
+        """What the container runtime answers a pull with: it cannot reach the image's registry."""
+        version = image.digest or image.tag
+        path = image.repository.split("/", 1)[1]
+        return (
+            f'rpc error: code = Unavailable desc = failed to pull and unpack image "{image}": '
+            f'failed to resolve reference "{image}": failed to do request: '
+            f'Head "https://{image.registry}/v2/{path}/manifests/{version}": '
+            f"no registry is reachable from the fake node {node}; it has only {', '.join(self.references)}"
+        )
+
+
+def default_pull_policy(image: ImageReference) -> str:
+    """The API server's default: Always for `:latest` (or no tag), else IfNotPresent."""
+    return "Always" if image.tag == "latest" and image.digest is None else "IfNotPresent"
+
+
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
+_QUANTITY_SUFFIXES: dict[str, float] = {
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    **{suffix: float(2 ** (10 * power)) for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
+}
+
+
+def quantity_value(quantity: str | int | float) -> float:
+    """A Kubernetes quantity (`64Mi`, `1G`, `128974848`, `129e6`, `500m`) as a number."""
+    match = _QUANTITY.fullmatch(str(quantity).strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {quantity!r}")
+    number, suffix = float(match.group(1)), match.group(2) or ""
+    if suffix[:1] in ("e", "E"):
+        return number * 10.0 ** int(suffix[1:])
+    return number * _QUANTITY_SUFFIXES.get(suffix, 1)
+
+
+def memory_limit(container: JsonObject) -> int | None:
+    """The container's memory limit in bytes, if it has one."""
+    limit = container.get("resources", {}).get("limits", {}).get("memory")
+    return None if limit is None else math.ceil(quantity_value(limit))
+
+
+class MemoryLimits:
+    """Kills a container's processes once they use more memory than its limit, as a memory cgroup does.
+
+    Without a container runtime there is no cgroup to charge, and creating one needs privileges a CI runner
+    may lack; so one thread measures every limited container a few times a second: its process tree (the
+    descendants of its first process, and any process left in its session) and their proportional set size
+    (PSS: a page shared within the tree, e.g. with a forked worker, counts once, as a cgroup charges it once).
+    Over the limit, the whole tree gets SIGKILL, as the kernel's OOM killer does to a container whose cgroup
+    kills as a group (`memory.oom.group`, which kubelets on cgroup v2 set). The kernel stops a process at the
+    very page that passes the limit; this notices it within one poll, so a fast allocator overshoots a little.
+    """
+
+    def __init__(self, log: Callable[[str], None], period_seconds: float = MEMORY_POLL_SECONDS) -> None:
+        self.log = log
+        self.period_seconds = period_seconds
+        self.condition = threading.Condition()
+        # First process -> (limit in bytes, what to call before its tree is killed).
+        self.watched: dict[int, tuple[int, Callable[[int], None]]] = {}
+        threading.Thread(target=self._run, name="memory limits", daemon=True).start()
+
+    def watch(self, pid: int, limit: int, on_kill: Callable[[int], None]) -> None:
+        with self.condition:
+            self.watched[pid] = (limit, on_kill)
+            self.condition.notify()
+
+    def forget(self, pid: int) -> None:
+        with self.condition:
+            self.watched.pop(pid, None)
+
+    def _run(self) -> None:
+        while True:
+            with self.condition:
+                while not self.watched:
+                    self.condition.wait()
+                watched = dict(self.watched)
+            try:
+                self._check(watched)
+            except Exception:  # a measurement that fails must not end enforcement for everyone
+                self.log(f"memory limits: check failed\n{traceback.format_exc()}")
+            time.sleep(self.period_seconds)
+
+    def _check(self, watched: Mapping[int, tuple[int, Callable[[int], None]]]) -> None:
+        children: dict[int, list[int]] = {}
+        sessions: dict[int, list[int]] = {}
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] in ("Z", "X"):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            sessions.setdefault(int(fields[3]), []).append(int(entry.name))
+        for root, (limit, on_kill) in watched.items():
+            # Each container's first process leads a session of its own (the agent starts it so).
+            members = {root, *sessions.get(root, [])}
+            frontier = list(members)
+            while frontier:
+                for child in children.get(frontier.pop(), []):
+                    if child not in members:
+                        members.add(child)
+                        frontier.append(child)
+            usage = sum(process_memory(pid) for pid in members)
+            if usage <= limit:
+                continue
+            with self.condition:
+                current = self.watched.get(root)
+                if current is None or current[1] is not on_kill:
+                    continue  # its process ended meanwhile
+                del self.watched[root]
+            on_kill(usage)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(root, signal.SIGKILL)
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def process_memory(pid: int) -> int:
+    """The process' proportional set size in bytes (its resident set where the kernel lacks smaps_rollup)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return 0
+    try:
+        resident_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def readiness_probe(container: JsonObject) -> JsonObject | None:
@@ -484,7 +722,7 @@ class PodWorker:
 
     def _run_to_end(self, container: ContainerRun) -> int | None:
         """Run the container's process once; its exit code, or None when the pod is being stopped."""
-        if self.stop_requested.is_set():
+        if self.stop_requested.is_set() or not self._ensure_image(container):
             return None
         try:
             argv, environment, working_directory = self._command(container)
@@ -525,6 +763,18 @@ class PodWorker:
                 self.phase = "Running"
         self.agent.event(self.pod, "Normal", "Started", f"Started container {container.name}")
         self._publish()
+        out_of_memory = threading.Event()
+        limit = memory_limit(container.spec)
+        if limit is not None:
+
+            def on_kill(usage: int) -> None:
+                out_of_memory.set()
+                self.agent.log(
+                    f"pod {self.namespace}/{self.name}: container {container.name} used {usage / 2**20:.0f} MiB, "
+                    f"over its limit of {limit / 2**20:.0f} MiB: killed (OOMKilled)"
+                )
+
+            self.agent.memory_limits.watch(process.pid, limit, on_kill)
         killed = False
         readiness = ReadinessTracker(container.spec) if not container.init else None
         while process.poll() is None:
@@ -539,13 +789,15 @@ class PodWorker:
                         container.probed_ready = ready
                     self._publish()
         exit_code = process.wait()
+        self.agent.memory_limits.forget(process.pid)
         self.agent.forget_process(self, container)
         if exit_code < 0:
             # The shell convention a container runtime reports for a signal: 128 + its number.
             exit_code = 128 - exit_code
+        reason = "OOMKilled" if out_of_memory.is_set() else "Completed" if exit_code == 0 else "Error"
         terminated: JsonObject = {
             "exitCode": exit_code,
-            "reason": "Completed" if exit_code == 0 else "Error",
+            "reason": reason,
             "startedAt": started_at,
             "finishedAt": now_rfc3339(),
         }
@@ -558,6 +810,66 @@ class PodWorker:
         if not self.stop_requested.is_set():
             self._publish()
         return None if killed else exit_code
+
+    def _ensure_image(self, container: ContainerRun) -> bool:
+        """Make sure the container's image is on the node, as a kubelet does before it starts a container.
+
+        True: it is (or was pulled). False: the pod is being stopped while the image cannot be had; until
+        then the container waits with the kubelet's reason (ErrImagePull, ImagePullBackOff, ErrImageNeverPull,
+        InvalidImageName) and message, and failed pulls are retried with back-off, with the kubelet's events.
+        """
+        image = str(container.spec.get("image", ""))
+        try:
+            reference = ImageReference.parse(image)
+        except ValueError as error:
+            quoted = f'"{image}"'
+            message = f"Failed to apply default image tag {quoted}: couldn't parse image reference {quoted}: {error}"
+            self.agent.event(self.pod, "Warning", "InspectFailed", message)
+            self._wait_as(container, "InvalidImageName", message)
+            return self._wait_for_stop()
+        present = self.agent.images.has(reference)
+        policy = container.spec.get("imagePullPolicy") or default_pull_policy(reference)
+        if policy == "Never" or (policy == "IfNotPresent" and present):
+            if present:
+                self.agent.event(self.pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+                return True
+            message = f'Container image "{image}" is not present with pull policy of Never'
+            self.agent.event(self.pod, "Warning", "ErrImageNeverPull", message)
+            self.agent.event(self.pod, "Warning", "Failed", "Error: ErrImageNeverPull")
+            self._wait_as(container, "ErrImageNeverPull", message)
+            return self._wait_for_stop()
+        attempt = 0
+        while True:
+            self.agent.event(self.pod, "Normal", "Pulling", f'Pulling image "{image}"')
+            if present:
+                # What the node holds, its registry has too: a pull under policy Always finds the same image.
+                message = f'Successfully pulled image "{image}" in 0s (0s including waiting). Image size: 0 bytes.'
+                self.agent.event(self.pod, "Normal", "Pulled", message)
+                return True
+            delay = IMAGE_PULL_BACKOFF_SECONDS[min(attempt, len(IMAGE_PULL_BACKOFF_SECONDS) - 1)]
+            backed_off_until = time.monotonic() + delay
+            attempt += 1
+            failure = self.agent.images.pull_error(reference, str(self.pod["spec"].get("nodeName", "")))
+            self.agent.event(self.pod, "Warning", "Failed", f'Failed to pull image "{image}": {failure}')
+            self.agent.event(self.pod, "Warning", "Failed", "Error: ErrImagePull")
+            self._wait_as(container, "ErrImagePull", failure)
+            if self.stop_requested.wait(IMAGE_PULL_SYNC_SECONDS):
+                return False
+            self.agent.event(self.pod, "Normal", "BackOff", f'Back-off pulling image "{image}"')
+            self.agent.event(self.pod, "Warning", "Failed", "Error: ImagePullBackOff")
+            self._wait_as(container, "ImagePullBackOff", f'Back-off pulling image "{image}": ErrImagePull: {failure}')
+            if self.stop_requested.wait(max(0.0, backed_off_until - time.monotonic())):
+                return False
+
+    def _wait_as(self, container: ContainerRun, reason: str, message: str) -> None:
+        with self.lock:
+            container.state = {"waiting": {"reason": reason, "message": message}}
+        self._publish()
+
+    def _wait_for_stop(self) -> bool:
+        """Wait, as a container that cannot start does, until the pod is stopped; always False."""
+        self.stop_requested.wait()
+        return False
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
         with self.lock:
@@ -685,8 +997,12 @@ class PodWorker:
             return item
 
         completed_reason = "PodCompleted" if terminal else "ContainersNotReady"
+        phase = self.phase
+        if phase == "Running" and any("waiting" in c.state and not c.last_state for c in self.containers):
+            # A container that never started yet (its image is not there): a kubelet reports the pod Pending.
+            phase = "Pending"
         status: JsonObject = {
-            "phase": self.phase,
+            "phase": phase,
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
             "podIP": "127.0.0.1",
@@ -996,26 +1312,50 @@ class NodeAgent:
         work_directory: Path,
         pid_directory: Path | None,
         default_entrypoint: list[str],
+        images: Iterable[str] = PROJECT_IMAGES,
     ) -> None:
         self.api = api
         self.node_names = set(node_names)
         self.work_directory = work_directory
         self.pid_directory = pid_directory
         self.default_entrypoint = default_entrypoint
+        self.images = ImageStore(images)
         self.workers: dict[str, PodWorker] = {}
         self.finished: set[str] = set()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._log_lock = threading.Lock()
+        self.memory_limits = MemoryLimits(self.log)
+        # A repeated event is counted on the first one's object, as a kubelet's event recorder does:
+        # (pod uid, type, reason, message) -> (event name, count).
+        self._events: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+        self._events_lock = threading.Lock()
 
     def log(self, message: str) -> None:
         with self._log_lock:
             print(f"{now_rfc3339()} {message}", flush=True)
 
     def event(self, pod: JsonObject, event_type: str, reason: str, message: str) -> None:
-        """Record an event on the pod, as a kubelet does; losing one is harmless."""
+        """Record an event on the pod, as a kubelet does (a repeat counted on the first); losing one is harmless."""
         metadata = pod["metadata"]
         now = now_rfc3339()
+        key = (metadata["uid"], event_type, reason, message)
+        with self._events_lock:
+            known = self._events.get(key)
+        if known is not None:
+            name, count = known
+            try:
+                self.api.call(
+                    "PATCH",
+                    f"/api/v1/namespaces/{metadata['namespace']}/events/{name}",
+                    {"count": count + 1, "lastTimestamp": now},
+                    "application/merge-patch+json",
+                )
+                with self._events_lock:
+                    self._events[key] = (name, count + 1)
+                return
+            except (ApiError, OSError) as error:
+                self.log(f"event {reason} on {metadata['name']} not counted, recorded anew: {error}")
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -1036,9 +1376,12 @@ class NodeAgent:
             "count": 1,
         }
         try:
-            self.api.call("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
+            created = self.api.call("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
         except (ApiError, OSError) as error:
             self.log(f"event {reason} on {metadata['name']} not recorded: {error}")
+            return
+        with self._events_lock:
+            self._events[key] = (created["metadata"]["name"], 1)
 
     def record_process(self, worker: PodWorker, container: ContainerRun, process: subprocess.Popen[bytes]) -> None:
         """Record a pod's process where `down` finds it, so none outlives the cluster."""
@@ -1086,6 +1429,9 @@ class NodeAgent:
         with self.lock:
             self.workers.pop(worker.uid, None)
             self.finished.add(worker.uid)
+        with self._events_lock:
+            for key in [key for key in self._events if key[0] == worker.uid]:
+                del self._events[key]
 
     def handle(self, event_type: str, pod: JsonObject) -> None:
         """React to one observed state of a pod."""
@@ -1324,6 +1670,14 @@ class _ContainerLogHandler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+def _image_argument(value: str) -> str:
+    try:
+        ImageReference.parse(value, wildcard=True)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{value}: {error}") from None
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kubeconfig", required=True, type=Path, help="credentials allowed to manage pods and nodes")
@@ -1333,6 +1687,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path, help="file created once the first list of pods is handled")
     parser.add_argument("--tls-cert-file", type=Path, help="serving certificate for `kubectl logs` requests")
     parser.add_argument("--tls-private-key-file", type=Path, help="its key")
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        type=_image_argument,
+        help="an image present on the nodes besides the project's own (repeatable; the tag `*`: every tag); "
+        "any other image cannot be pulled",
+    )
     parser.add_argument(
         "--default-entrypoint",
         default="batchmark",
@@ -1347,6 +1709,7 @@ def main(argv: list[str] | None = None) -> int:
         arguments.work_dir,
         arguments.pid_dir,
         arguments.default_entrypoint.split(),
+        [*PROJECT_IMAGES, *arguments.image],
     )
 
     def on_signal(signal_number: int, _frame: object) -> None:

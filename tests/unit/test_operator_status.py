@@ -88,6 +88,27 @@ def test_unschedulable_carries_the_schedulers_message() -> None:
 
 
 @pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("ErrImagePull", 'rpc error: code = Unavailable desc = failed to pull and unpack image "r.invalid/x:1": ...'),
+        ("ImagePullBackOff", 'Back-off pulling image "r.invalid/x:1": ErrImagePull: rpc error: ...'),
+        ("ErrImageNeverPull", 'Container image "r.invalid/x:1" is not present with pull policy of Never'),
+    ],
+)
+def test_an_image_the_node_cannot_get_waits_in_scheduling_with_a_warning(reason: str, message: str) -> None:
+    waiting = pod("Pending", node="gpu-node-0", waiting={"reason": reason, "message": message})
+    update = build_status(observe(job(active=1), [waiting], phase="LoadingEngine", reason="LoadingEngine"))
+    assert (update.phase, update.reason, update.message) == ("Scheduling", reason, message)
+    assert update.warning
+    assert conditions(update.fields) == {
+        "Scheduled": "True",
+        "EngineLoaded": "False",
+        "Complete": "False",
+        "Failed": "False",
+    }
+
+
+@pytest.mark.parametrize(
     ("terminated", "job_reason", "reason"),
     [
         ({"exitCode": 137, "reason": "OOMKilled"}, "BackoffLimitExceeded", "OOMKilled"),

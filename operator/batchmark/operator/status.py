@@ -30,6 +30,8 @@ QUEUE_CONDITION_TYPES = ("Admitted", "Preempted")
 _EXIT_USAGE = 2
 _MESSAGE_LIMIT = 1024
 _PREEMPTIONS_KEPT = 20  # the status schema's bound
+# A kubelet's waiting reasons for an image it cannot get (ErrImageNeverPull: absent, and imagePullPolicy Never).
+_IMAGE_WAITING_REASONS = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull")
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
         reason, message = stored.get("reason") or phase, stored.get("message") or ""
     else:
         phase, reason, message = _phase(observation, pod)
-    warning = phase == "Failed" or reason in ("Unschedulable", "ImagePullBackOff", "ErrImagePull")
+    warning = phase == "Failed" or reason in ("Unschedulable", *_IMAGE_WAITING_REASONS)
     job = observation.job
     fields: dict[str, Any] = {
         "phase": phase,
@@ -308,7 +310,7 @@ def _running_phase(
         if pod.unschedulable_message:
             return "Scheduling", "Unschedulable", pod.unschedulable_message
         return "Scheduling", reason or "Scheduling", message or "waiting for a node"
-    if pod.waiting_reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError"):
+    if pod.waiting_reason in (*_IMAGE_WAITING_REASONS, "InvalidImageName", "CreateContainerConfigError"):
         return "Scheduling", pod.waiting_reason, pod.waiting_message or pod.waiting_reason
     progress = observation.status.get("progress") or {}
     if pod.phase == "Running" and progress.get("podName") == pod.name:

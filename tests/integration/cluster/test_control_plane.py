@@ -354,7 +354,7 @@ def test_the_harness_leaves_no_process_behind(tmp_path: Path) -> None:
                     "containers": [
                         {
                             "name": "main",
-                            "image": "none",
+                            "image": "batchmark-runner:test",
                             "command": [sys.executable, "-c", LONG_RUNNER.format(path=str(pid_file))],
                         }
                     ],
@@ -410,7 +410,7 @@ spec:
       terminationGracePeriodSeconds: 2
       containers:
       - name: main
-        image: sleeper:test
+        image: batchmark-runner:test
         command: [python, -c, "import time; time.sleep(600)"]
 """
     )
@@ -440,7 +440,7 @@ def test_pod_deadline_fails_the_pod_as_a_kubelet_does(
                 "containers": [
                     {
                         "name": "main",
-                        "image": "none",
+                        "image": "batchmark-runner:test",
                         "command": ["python", "-c", LONG_RUNNER.format(path=str(pid_file))],
                     }
                 ],
@@ -527,7 +527,7 @@ def test_a_readiness_probe_decides_when_a_running_pod_is_ready(
                 "containers": [
                     {
                         "name": "main",
-                        "image": "none",
+                        "image": "batchmark-runner:test",
                         "command": ["python", "-c", GATED_SERVER, str(gate), str(port_file), str(port)],
                         "ports": [{"name": "http", "containerPort": port}],
                         "readinessProbe": {

@@ -372,3 +372,83 @@ def test_not_enough_gpus_waits_in_scheduling_then_runs(
     found = wait_for_phase(cluster, kube_namespace, "waiting", {"Succeeded", "Failed"}, 180)
     assert found["status"]["phase"] == "Succeeded", found["status"]
     cluster.kubectl("delete", "bb", "blocker-1", "-n", kube_namespace, "--wait=false")
+
+
+def _benchmark_events(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    listing = CoreV1Api(cluster.api_client()).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=BatchBenchmark,involvedObject.name={name}"
+    )
+    return [{"type": event.type, "reason": event.reason, "message": event.message} for event in listing.items]
+
+
+def test_an_image_that_cannot_be_pulled_waits_in_scheduling_until_its_timeout(
+    batchmark_operator: OperatorProcess, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    image = "registry.invalid/batchmark/batchmark-runner:missing"
+    apply(cluster, kube_namespace, short_run("unpullable", image=image, timeout=40))
+
+    def backing_off() -> dict[str, Any] | None:
+        status: dict[str, Any] = benchmark(cluster, kube_namespace, "unpullable").get("status") or {}
+        return status if status.get("reason") == "ImagePullBackOff" else None
+
+    # The node agent, as a kubelet, cannot pull it: the operator keeps the benchmark in Scheduling with the
+    # kubelet's reason and message (status.py), and warns.
+    status = wait_for("ImagePullBackOff", backing_off, 60)
+    assert status["phase"] == "Scheduling"
+    assert status["message"].startswith(
+        f'Back-off pulling image "{image}": ErrImagePull: rpc error: code = Unavailable desc = '
+        f'failed to pull and unpack image "{image}"'
+    )
+    conditions = {condition["type"]: condition for condition in status["conditions"]}
+    assert conditions["Scheduled"]["status"] == "True"
+    assert conditions["EngineLoaded"]["status"] == "False"
+    assert conditions["Failed"]["status"] == "False"
+    warnings = [
+        event for event in _benchmark_events(cluster, kube_namespace, "unpullable") if event["type"] == "Warning"
+    ]
+    assert any(
+        event["reason"] == "ImagePullBackOff" and event["message"].startswith(f'Back-off pulling image "{image}"')
+        for event in warnings
+    ), warnings
+    pod = CoreV1Api(cluster.api_client()).read_namespaced_pod(status["podName"], kube_namespace)
+    assert pod.status is not None
+    assert pod.status.phase == "Pending"
+    time.sleep(4)  # it waits, as on a cluster: a pull can succeed later (a registry back, a secret fixed)
+    assert benchmark(cluster, kube_namespace, "unpullable")["status"]["phase"] == "Scheduling"
+    batchmark_operator.assert_alive()
+
+    # spec.timeout ends it: the Job's deadline passes while the pod still waits for its image.
+    found = wait_for_phase(cluster, kube_namespace, "unpullable", {"Failed", "Succeeded"}, 90)
+    status = found["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded"), status
+    assert status["attempts"] == 1
+    assert "progress" not in status
+    assert "results" not in status
+
+
+def test_a_memory_limit_below_the_runners_needs_ends_failed_oomkilled(
+    batchmark_operator: OperatorProcess, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    # The runner on the simulated engine holds about 100 MiB (PSS of its process tree; tests/cluster/README.md):
+    # the node agent kills it at 64 MiB, as the kernel's OOM killer would kill the container.
+    starved = short_run("starved", resources={"limits": {"nvidia.com/gpu": 1, "memory": "64Mi"}})
+    apply(cluster, kube_namespace, starved)
+    found = wait_for_phase(cluster, kube_namespace, "starved", {"Failed", "Succeeded"}, 120)
+    status = found["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "OOMKilled"), status
+    assert status["message"] == "the runner ran out of memory (raise spec.resources.limits.memory)"
+    assert status["attempts"] == 1
+    failed = next(condition for condition in status["conditions"] if condition["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "OOMKilled")
+    pod = CoreV1Api(cluster.api_client()).read_namespaced_pod(status["podName"], kube_namespace)
+    assert pod.status is not None
+    state = (pod.status.container_statuses or [])[0].state
+    assert state is not None
+    terminated = state.terminated
+    assert terminated is not None
+    assert (terminated.reason, terminated.exit_code) == ("OOMKilled", 137)
+    events = _benchmark_events(cluster, kube_namespace, "starved")
+    assert {"type": "Warning", "reason": "Failed", "message": f"OOMKilled: {status['message']}"} in events, events
+    assert "results" not in status
