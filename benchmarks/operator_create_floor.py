@@ -44,10 +44,10 @@ class TimedKube(Kube):
         self.calls = 0
         self._lock = threading.Lock()
 
-    def _request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         with self._lock:
             self.calls += 1
-        return super()._request(*args, **kwargs)
+        return super().request(*args, **kwargs)
 
     def create(self, manifest: Mapping[str, Any]) -> bool:
         created = super().create(manifest)
