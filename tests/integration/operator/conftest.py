@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -18,6 +19,8 @@ import pytest
 import yaml
 from kubernetes.client import CustomObjectsApi
 
+from batchmark.operator.rbac import OPERATOR_RULES
+from tests.cluster.controlplane import write_kubeconfig
 from tests.cluster.fixtures import KubeCluster
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -163,6 +166,46 @@ def benchmark(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]
 def phase_of(cluster: KubeCluster, namespace: str, name: str) -> str | None:
     phase = (benchmark(cluster, namespace, name).get("status") or {}).get("phase")
     return str(phase) if phase else None
+
+
+@contextmanager
+def operator_with_only_its_rbac(
+    session_operator: OperatorProcess, namespace: str, directory: Path
+) -> Iterator[OperatorProcess]:
+    """An operator running as a ServiceAccount bound to exactly the rules of batchmark.operator.rbac (the chart's
+    ClusterRole is written from them), in place of the session's admin one, which comes back afterwards."""
+    cluster = session_operator.cluster
+    account, role = "batchmark-operator", f"batchmark-operator-{namespace}"
+    manifests: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": OPERATOR_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]
+    applied = kubectl_apply(cluster, namespace, yaml.safe_dump_all(manifests))
+    assert applied.returncode == 0, applied.stderr
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
+    kubeconfig = directory / "operator.kubeconfig"
+    write_kubeconfig(kubeconfig, cluster.server, cluster.pki.ca.certificate, account, token=token)
+    session_operator.stop()
+    restricted = OperatorProcess(cluster, directory / "operator.log", kubeconfig=kubeconfig)
+    try:
+        restricted.start()
+        yield restricted
+    finally:
+        restricted.stop()
+        session_operator.start()
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding", role, check=False)
 
 
 def wait_for_phase(

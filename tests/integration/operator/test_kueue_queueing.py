@@ -15,8 +15,7 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from batchmark.operator.rbac import OPERATOR_RULES
-from tests.cluster.controlplane import ControlPlane, locate_binaries, write_kubeconfig
+from tests.cluster.controlplane import ControlPlane, locate_binaries
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor, workload_priority_class
 from tests.integration.operator.conftest import (
@@ -25,6 +24,7 @@ from tests.integration.operator.conftest import (
     benchmark,
     example,
     kubectl_apply,
+    operator_with_only_its_rbac,
     wait_for,
     wait_for_phase,
 )
@@ -429,33 +429,8 @@ def test_with_exactly_its_documented_rbac_the_operator_reads_queue_positions(
     """The visibility server authorizes each proxied request with a SubjectAccessReview of the operator's own
     user: the operator's rules (rbac.py, the chart's) must grant it, and nothing more is needed."""
     cluster = batchmark_operator.cluster
-    account, role = "batchmark-operator", f"batchmark-operator-{kube_namespace}"
-    manifests: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": kube_namespace}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": OPERATOR_RULES,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": kube_namespace}],
-        },
-    ]
-    apply(cluster, kube_namespace, *manifests)
-    token = cluster.kubectl("create", "token", account, "-n", kube_namespace, "--duration=1h").stdout.strip()
-    kubeconfig = tmp_path / "operator.kubeconfig"
-    write_kubeconfig(kubeconfig, cluster.server, cluster.pki.ca.certificate, account, token=token)
     gpu_queue(objects, kube_namespace, gpus=1)
-    # The session's operator (admin) steps aside while this one works; it comes back for the other tests.
-    batchmark_operator.stop()
-    restricted = OperatorProcess(cluster, tmp_path / "operator.log", kubeconfig=kubeconfig)
-    try:
-        restricted.start()
+    with operator_with_only_its_rbac(batchmark_operator, kube_namespace, tmp_path) as restricted:
         apply(cluster, kube_namespace, queued_run("ahead", seconds=15))
         time.sleep(1.1)
         apply(cluster, kube_namespace, queued_run("behind", seconds=2))
@@ -471,7 +446,3 @@ def test_with_exactly_its_documented_rbac_the_operator_reads_queue_positions(
         assert "Forbidden" not in log
         assert " 403" not in log
         assert "queue positions of LocalQueue" not in log
-    finally:
-        restricted.stop()
-        batchmark_operator.start()
-        cluster.kubectl("delete", "clusterrole,clusterrolebinding", role, check=False)
