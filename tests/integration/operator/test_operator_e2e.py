@@ -106,8 +106,9 @@ def test_lifecycle_columns_wait_events_and_results(
     assert float(row[5]) > 0
     assert float(row[6]) > 0
     wide = cluster.kubectl("get", "bb", "-n", kube_namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-3:] == ["P99", "ENGINE", "BEST-BATCH"]
+    assert wide[0].split()[-4:] == ["P99", "ENGINE", "BEST-BATCH", "QUEUE-POS"]
     assert wide[1].split()[-2:] == ["simulated", "16"]
+    assert len(wide[1].split()) == len(wide[0].split()) - 1  # not queued: its Queue-Pos cell is empty
     assert status["headline"]["batchSize"] == 16
 
     events = json.loads(
