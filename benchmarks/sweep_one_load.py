@@ -32,9 +32,13 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the repository's root first
+
+# The same model as the side-by-side benchmarks build, so its figures compare with theirs.
+from benchmarks.vs_guidellm.run import ensure_model  # noqa: E402
+
 PYTHON = Path(sys.executable)
 BATCH_SIZES = [8, 16, 32, 64, 128]
-MODEL_HIDDEN_SIZE = 256
 MAX_MODEL_LEN = 1024
 PROMPT_TOKENS = 128
 OUTPUT_TOKENS = 64
@@ -52,19 +56,6 @@ def engine_env() -> dict[str, str]:
         TOKENIZERS_PARALLELISM="false",
     )
     return env
-
-
-def ensure_model() -> Path:
-    # The same model as benchmarks/vs_guidellm/run.py builds, so its figures compare with these.
-    model = PYTHON.parent.parent / "models" / f"bench-tiny-llama-h{MODEL_HIDDEN_SIZE}"
-    if not (model / "model.safetensors").exists():
-        builder = ROOT / "tests" / "integration" / "vllm" / "make_tiny_model.py"
-        subprocess.run(
-            [str(PYTHON), str(builder), str(model), "--hidden-size", str(MODEL_HIDDEN_SIZE)],
-            check=True,
-            env=engine_env(),
-        )
-    return model
 
 
 def config(model: Path, batch_size: int, report: Path) -> dict[str, Any]:
