@@ -16,6 +16,9 @@ It watches the pods bound to its nodes and, for each one, as a kubelet would:
   first on PATH (so `batchmark` is this checkout's), whatever the image;
 - enforces each container's memory limit as a memory cgroup's OOM killer appears to a kubelet: over its
   `resources.limits.memory`, the container's process tree is killed and it ends OOMKilled, exit code 137;
+- gives each container the CPU weight a kubelet's cgroups would, from its CPU request, as a niceness
+  (cpu_niceness): a pod without requests yields the CPU to the control plane, as on a real node, where the
+  kubelet and the system's daemons keep their share and the control plane runs elsewhere;
 - runs init containers one after another, then the containers, restarting them as `restartPolicy` says;
 - reports the pod's status (Pending, Running, Succeeded or Failed, conditions, container states with exit
   code, reason and termination message) and events;
@@ -39,8 +42,8 @@ Readiness probes (httpGet and tcpSocket, on 127.0.0.1) decide when a running con
 probe's delay, period, timeout and thresholds, so `helm install --wait` and rollouts wait as they would on a
 kubelet. Not supported: images' entrypoints (a container without `command` runs --default-entrypoint),
 liveness, startup and exec probes (a container with only those counts as ready once running), CPU limits
-and requests (memory limits are enforced, see MemoryLimits), network isolation (every pod's IP is 127.0.0.1
-and its ports are this machine's), `kubectl exec`, `attach` and `port-forward`.
+(requests set a weight, see cpu_niceness; memory limits are enforced, see MemoryLimits), network isolation
+(every pod's IP is 127.0.0.1 and its ports are this machine's), `kubectl exec`, `attach` and `port-forward`.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ PASSED_ON_VARIABLES = (
 )
 # ... and those whose names start so: settings of the engines and libraries a benchmark pod uses.
 PASSED_ON_PREFIXES = ("HF_", "VLLM_", "CUDA_", "OMP_", "TORCH")
+CPU_SHARES_MIN = 2  # a kubelet's cpu.shares for a container without a CPU request
+NICENESS_MAX = 19
 # The largest termination message a kubelet keeps, and the fallback from logs' limits.
 TERMINATION_MESSAGE_LIMIT = 4096
 FALLBACK_LOG_LINES = 80
@@ -364,6 +369,22 @@ def quantity_value(quantity: str | int | float) -> float:
     if suffix[:1] in ("e", "E"):
         return number * 10.0 ** int(suffix[1:])
     return number * _QUANTITY_SUFFIXES.get(suffix, 1)
+
+
+def cpu_niceness(container: JsonObject) -> int:
+    """The niceness that stands in for the CPU weight a kubelet gives the container's cgroup.
+
+    A kubelet sets `cpu.shares` to the container's CPU request in millicores × 1024 / 1000, and to 2, the
+    least there is, without a request (every container of a BestEffort pod): the control plane and the node's
+    own daemons, outside those cgroups, win the CPU whenever they want it. Without cgroups, the same weight
+    comes from the scheduler's niceness table (each step is a factor of about 1.25 in weight, 0 = 1024):
+    no request is niceness 19, 500m is 3, one core or more is 0 (never above the agent's own).
+    """
+    request = container.get("resources", {}).get("requests", {}).get("cpu")
+    shares = CPU_SHARES_MIN if request is None else max(CPU_SHARES_MIN, quantity_value(request) * 1024)
+    if shares >= 1024:
+        return 0
+    return min(NICENESS_MAX, round(math.log(1024 / shares, 1.25)))
 
 
 def memory_limit(container: JsonObject) -> int | None:
@@ -754,6 +775,8 @@ class PodWorker:
             )
             self._publish()
             return 128
+        with contextlib.suppress(ProcessLookupError):  # the children it forks inherit its niceness
+            os.setpriority(os.PRIO_PROCESS, process.pid, cpu_niceness(container.spec))
         self.agent.record_process(self, container, process)
         started_at = now_rfc3339()
         with self.lock:

@@ -6,9 +6,8 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, V1Job, V1JobCondition, V1Pod
@@ -22,22 +21,9 @@ from tests.cluster.controlplane import (
     locate_binaries,
 )
 from tests.cluster.fixtures import KubeCluster
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.cluster
-
-Result = TypeVar("Result")
-
-
-def wait_for(what: str, probe: Callable[[], Result | None], timeout_seconds: float = 60) -> Result:
-    """Poll until probe returns something other than None (or False), and return that."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        result = probe()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_seconds} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def python_job(name: str, code: str, **container_fields: Any) -> dict[str, Any]:

@@ -8,9 +8,9 @@ import json
 import time
 import urllib.error
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -28,24 +28,12 @@ from tests.cluster.kueue import (
     resource_flavor,
     workload_priority_class,
 )
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-Result = TypeVar("Result")
-
-
-def wait_for(what: str, probe: Callable[[], Result | None], timeout_seconds: float = 90) -> Result:
-    """Poll until probe returns something other than None (or False), and return that."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        result = probe()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_seconds} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def api_path(manifest: dict[str, Any]) -> str:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -25,23 +24,10 @@ from tests.cluster.nodeagent import (
     memory_limit,
     quantity_value,
 )
+from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 MISSING_IMAGE = "registry.invalid/batchmark/absent:1"
-
-Result = TypeVar("Result")
-
-
-def wait_for(what: str, probe: Callable[[], Result | None], timeout_seconds: float = 60) -> Result:
-    """Poll until probe returns something other than None (or False), and return that."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        result = probe()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_seconds} s waiting for {what}")
-        time.sleep(0.1)
 
 
 # Allocates (and writes to, so it is resident) `step` MiB at a time, printing the MiB held after each step;

@@ -7,13 +7,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -22,6 +21,7 @@ from kubernetes.client import CustomObjectsApi
 from batchmark.operator.rbac import OPERATOR_RULES
 from tests.cluster.controlplane import write_kubeconfig
 from tests.cluster.fixtures import KubeCluster
+from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"
@@ -139,21 +139,6 @@ def batchmark_operator(
         yield operator
     finally:
         operator.stop()
-
-
-Result = TypeVar("Result")
-
-
-def wait_for(what: str, probe: Callable[[], Result | None], timeout_seconds: float = 90) -> Result:
-    """Poll until probe returns something other than None (or False), and return that."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        result = probe()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_seconds} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def benchmark(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ import yaml
 from batchmark.operator.api import BatchBenchmarkSpec
 from batchmark.runner.cli import build_parser, load_config
 from tests.cluster.fixtures import KubeCluster
-from tests.integration.operator.conftest import kubectl_apply, wait_for
+from tests.integration.operator.conftest import kubectl_apply
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

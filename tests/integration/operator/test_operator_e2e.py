@@ -25,9 +25,9 @@ from tests.integration.operator.conftest import (
     benchmark,
     example,
     kubectl_apply,
-    wait_for,
     wait_for_phase,
 )
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
