@@ -88,6 +88,7 @@ class Recorder:
         self.job_admitted: dict[str, float] = {}  # first seen unsuspended
         self.job_finished: dict[str, float] = {}
         self.succeeded: dict[str, float] = {}
+        self.failed: dict[str, str] = {}  # name -> the status message
         self.running_pods: set[str] = set()
         self.max_running = 0
         self.stop = threading.Event()
@@ -146,9 +147,16 @@ class Recorder:
             api.list_namespaced_custom_object, "batchmark.dev", "v1alpha1", self.namespace, "batchbenchmarks"
         ):
             body = event["object"]
-            if (body.get("status") or {}).get("phase") == "Succeeded":
-                with self.lock:
+            status = body.get("status") or {}
+            with self.lock:
+                if status.get("phase") == "Succeeded":
                     self.succeeded.setdefault(body["metadata"]["name"], time.monotonic())
+                elif status.get("phase") in ("Failed", "Cancelled"):
+                    self.failed.setdefault(body["metadata"]["name"], str(status.get("message", "")))
+
+    def ended(self) -> int:
+        with self.lock:
+            return len(self.succeeded) + len(self.failed)
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -303,7 +311,7 @@ def main() -> int:
                     "batchmark.dev", "v1alpha1", namespace, "batchbenchmarks", manifest(name, args.requests, queue)
                 )
                 applied[name] = time.monotonic()
-            while len(recorder.succeeded) < args.benchmarks and time.monotonic() - started < args.timeout:
+            while recorder.ended() < args.benchmarks and time.monotonic() - started < args.timeout:
                 time.sleep(0.5)
             drained = max(recorder.succeeded.values(), default=time.monotonic()) - started
             operator_cpu = cpu_seconds(operator.pid) - cpu_before
@@ -327,6 +335,7 @@ def main() -> int:
                 "kueue": args.kueue,
                 "benchmarks": args.benchmarks,
                 "succeeded": len(recorder.succeeded),
+                "failed": recorder.failed,
                 "max_running_at_once": recorder.max_running,
                 "apply_to_job_p50_s": round(statistics.median(to_job), 3),
                 "apply_to_job_p99_s": round(percentile(to_job, 0.99), 3),
