@@ -31,7 +31,13 @@ DISPATCHES = ["batch", "continuous"]
 ENGINE_CORE = "VLLM::EngineCore"
 
 
-def config(setup: VllmSetup, dispatch: str, *constraints: dict[str, Any], model: Path | None = None) -> dict[str, Any]:
+def config(
+    setup: VllmSetup,
+    dispatch: str,
+    *constraints: dict[str, Any],
+    model: Path | None = None,
+    max_concurrency: int = 32,
+) -> dict[str, Any]:
     backend = setup.backend(dispatch=dispatch, batch_size=8)
     if model is not None:
         backend["model"] = str(model)
@@ -40,7 +46,7 @@ def config(setup: VllmSetup, dispatch: str, *constraints: dict[str, Any], model:
         "backend": backend,
         # Long requests and more of them than fit in the engine: work is in flight whenever the run ends.
         "data": {"kind": "synthetic_text", "prompt_tokens": 48, "output_tokens": 64},
-        "profile": {"kind": "throughput", "max_concurrency": 32},
+        "profile": {"kind": "throughput", "max_concurrency": max_concurrency},
         "constraints": list(constraints) or [{"kind": "max_duration", "seconds": 600}],
     }
 
@@ -105,7 +111,11 @@ def test_a_signal(vllm_setup: VllmSetup, tmp_path: Path, dispatch: str, name: st
 def test_a_constraint_stops_the_run_with_requests_in_flight(
     vllm_setup: VllmSetup, tmp_path: Path, dispatch: str
 ) -> None:
-    run = vllm_setup.start_batchmark(config(vllm_setup, dispatch, {"kind": "max_duration", "seconds": 4}), tmp_path)
+    # 32 batches' worth of requests outstanding: the deadline finds most of them still queued, even when the
+    # main process, the one that checks it, was descheduled for seconds meanwhile (seen once with 32 in flight:
+    # the engine had finished all four batches by the time it looked).
+    deadline = {"kind": "max_duration", "seconds": 4}
+    run = vllm_setup.start_batchmark(config(vllm_setup, dispatch, deadline, max_concurrency=256), tmp_path)
     try:
         processes = started_processes(run)
         engines = engines_among(processes)
