@@ -194,6 +194,25 @@ def stamp(value: str | None) -> float | None:
     return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
 
 
+def api_requests(cluster: ControlPlane) -> dict[str, int]:
+    """The API server's requests so far by verb and resource (its ``apiserver_request_total``, summed over
+    codes and scopes), the most first: what the operator, the controllers, the node agent and the runners
+    together ask of it under load."""
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(cluster.kubectl("get", "--raw", "/metrics").stdout):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            key = f"{labels.get('verb')} {labels.get('group') or 'core'}/{labels.get('resource')}"
+            if labels.get("subresource"):
+                key += f"/{labels['subresource']}"
+            counts[key] = counts.get(key, 0) + int(sample.value)
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
 def stamped_figures(cluster: ControlPlane, namespace: str) -> dict[str, float]:
     """Apply -> Job and Job finished -> Succeeded again, from the objects' own timestamps (the API server's and
     the controllers' clocks, whole seconds), so that a watch of this script's that lags under load cannot
@@ -353,6 +372,8 @@ def main() -> int:
                 "operator_reconcile_mean_s": round(reconcile_mean, 3),
                 "load_average_1m_before_after": [round(load_before[0], 1), round(load_after[0], 1)],
                 **stamped_figures(cluster, namespace),
+                # Since the control plane started (the operator's start-up and the 200 applies included).
+                "api_requests_top": dict(list(api_requests(cluster).items())[:25]),
                 # The operator's own complaints (failed API calls, handler errors): a refresh lost to one leaves
                 # a status stale.
                 "operator_log_warnings": log_lines(Path(directory) / "operator.log", " WARNING "),
