@@ -213,6 +213,34 @@ def api_requests(cluster: ControlPlane) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
+def api_waits(cluster: ControlPlane) -> dict[str, dict[str, float]]:
+    """Mean seconds per request so far: in the API server as a whole by verb and resource (its
+    ``apiserver_request_duration_seconds``), and queued by its flow control by priority level
+    (``apiserver_flowcontrol_request_wait_duration_seconds``), where a request waits for a seat without
+    using any CPU. The busiest first."""
+    sums: dict[str, dict[str, list[float]]] = {"duration": {}, "flow_control_wait": {}}
+    for family in text_string_to_metric_families(cluster.kubectl("get", "--raw", "/metrics").stdout):
+        if family.name == "apiserver_request_duration_seconds":
+            kind, labelled = "duration", ("verb", "resource")
+        elif family.name == "apiserver_flowcontrol_request_wait_duration_seconds":
+            kind, labelled = "flow_control_wait", ("priority_level",)
+        else:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(("_sum", "_count")):
+                key = " ".join(str(sample.labels.get(label)) for label in labelled)
+                entry = sums[kind].setdefault(key, [0.0, 0.0])
+                entry[sample.name.endswith("_count")] += sample.value
+    return {
+        kind: {
+            f"{key} ({int(count)})": round(total / count, 4)
+            for key, (total, count) in sorted(entries.items(), key=lambda item: -item[1][1])[:12]
+            if count
+        }
+        for kind, entries in sums.items()
+    }
+
+
 def stamped_figures(cluster: ControlPlane, namespace: str) -> dict[str, float]:
     """Apply -> Job and Job finished -> Succeeded again, from the objects' own timestamps (the API server's and
     the controllers' clocks, whole seconds), so that a watch of this script's that lags under load cannot
@@ -374,6 +402,7 @@ def main() -> int:
                 **stamped_figures(cluster, namespace),
                 # Since the control plane started (the operator's start-up and the 200 applies included).
                 "api_requests_top": dict(list(api_requests(cluster).items())[:25]),
+                "api_mean_seconds": api_waits(cluster),
                 # The operator's own complaints (failed API calls, handler errors): a refresh lost to one leaves
                 # a status stale.
                 "operator_log_warnings": log_lines(Path(directory) / "operator.log", " WARNING "),
