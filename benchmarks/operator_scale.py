@@ -220,6 +220,7 @@ def api_waits(cluster: ControlPlane) -> dict[str, dict[str, float]]:
     using any CPU. The busiest first."""
     sums: dict[str, dict[str, list[float]]] = {"duration": {}, "flow_control_wait": {}}
     for family in text_string_to_metric_families(cluster.kubectl("get", "--raw", "/metrics").stdout):
+        labelled: tuple[str, ...]
         if family.name == "apiserver_request_duration_seconds":
             kind, labelled = "duration", ("verb", "resource")
         elif family.name == "apiserver_flowcontrol_request_wait_duration_seconds":
