@@ -217,14 +217,17 @@ def api_waits(cluster: ControlPlane) -> dict[str, dict[str, float]]:
     """Mean seconds per request so far: in the API server as a whole by verb and resource (its
     ``apiserver_request_duration_seconds``), and queued by its flow control by priority level
     (``apiserver_flowcontrol_request_wait_duration_seconds``), where a request waits for a seat without
-    using any CPU. The busiest first."""
-    sums: dict[str, dict[str, list[float]]] = {"duration": {}, "flow_control_wait": {}}
+    using any CPU, and its calls to etcd by operation and type (``etcd_request_duration_seconds``). The
+    busiest first."""
+    sums: dict[str, dict[str, list[float]]] = {"duration": {}, "flow_control_wait": {}, "etcd": {}}
     for family in text_string_to_metric_families(cluster.kubectl("get", "--raw", "/metrics").stdout):
         labelled: tuple[str, ...]
         if family.name == "apiserver_request_duration_seconds":
             kind, labelled = "duration", ("verb", "resource")
         elif family.name == "apiserver_flowcontrol_request_wait_duration_seconds":
             kind, labelled = "flow_control_wait", ("priority_level",)
+        elif family.name == "etcd_request_duration_seconds":
+            kind, labelled = "etcd", ("operation", "type")
         else:
             continue
         for sample in family.samples:
@@ -240,6 +243,12 @@ def api_waits(cluster: ControlPlane) -> dict[str, dict[str, float]]:
         }
         for kind, entries in sums.items()
     }
+
+
+def cpu_steal_ticks() -> int:
+    """Ticks the hypervisor took from this machine's CPUs so far (``steal`` in /proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[8])
 
 
 def stamped_figures(cluster: ControlPlane, namespace: str) -> dict[str, float]:
@@ -350,6 +359,7 @@ def main() -> int:
                 )
             load_before = os.getloadavg()
             cpu_before = cpu_seconds(operator.pid)
+            steal_before = cpu_steal_ticks()
             api = CustomObjectsApi(cluster.api_client())
             applied: dict[str, float] = {}
             started = time.monotonic()
@@ -363,6 +373,7 @@ def main() -> int:
                 time.sleep(0.5)
             drained = max(recorder.succeeded.values(), default=time.monotonic()) - started
             operator_cpu = cpu_seconds(operator.pid) - cpu_before
+            steal_seconds = (cpu_steal_ticks() - steal_before) / os.sysconf("SC_CLK_TCK")
             reconciles, reconcile_mean = reconcile_figures(metrics_port)
             load_after = os.getloadavg()
             if profiler is not None:
@@ -404,6 +415,8 @@ def main() -> int:
                 # Since the control plane started (the operator's start-up and the 200 applies included).
                 "api_requests_top": dict(list(api_requests(cluster).items())[:25]),
                 "api_mean_seconds": api_waits(cluster),
+                # CPU seconds the hypervisor gave to others while this run wanted them (of 2 × drain available).
+                "cpu_steal_s": round(steal_seconds, 1),
                 # The operator's own complaints (failed API calls, handler errors): a refresh lost to one leaves
                 # a status stale.
                 "operator_log_warnings": log_lines(Path(directory) / "operator.log", " WARNING "),
