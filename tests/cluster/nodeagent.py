@@ -17,8 +17,9 @@ It watches the pods bound to its nodes and, for each one, as a kubelet would:
 - enforces each container's memory limit as a memory cgroup's OOM killer appears to a kubelet: over its
   `resources.limits.memory`, the container's process tree is killed and it ends OOMKilled, exit code 137;
 - gives each container the CPU weight a kubelet's cgroups would, from its CPU request, as a niceness
-  (cpu_niceness): a pod without requests yields the CPU to the control plane, as on a real node, where the
-  kubelet and the system's daemons keep their share and the control plane runs elsewhere;
+  (cpu_niceness) of its processes and of its session's autogroup where the kernel has them: a pod without
+  requests yields the CPU to the control plane, as on a real node, where the kubelet and the system's daemons
+  keep their share and the control plane runs elsewhere;
 - runs init containers one after another, then the containers, restarting them as `restartPolicy` says;
 - reports the pod's status (Pending, Running, Succeeded or Failed, conditions, container states with exit
   code, reason and termination message) and events;
@@ -97,6 +98,7 @@ PASSED_ON_VARIABLES = (
 PASSED_ON_PREFIXES = ("HF_", "VLLM_", "CUDA_", "OMP_", "TORCH")
 CPU_SHARES_MIN = 2  # a kubelet's cpu.shares for a container without a CPU request
 NICENESS_MAX = 19
+AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"
 # The largest termination message a kubelet keeps, and the fallback from logs' limits.
 TERMINATION_MESSAGE_LIMIT = 4096
 FALLBACK_LOG_LINES = 80
@@ -385,6 +387,31 @@ def cpu_niceness(container: JsonObject) -> int:
     if shares >= 1024:
         return 0
     return min(NICENESS_MAX, round(math.log(1024 / shares, 1.25)))
+
+
+def autogroups_on() -> bool:
+    """Whether the kernel shares the CPU between sessions before it weighs niceness (sched_autogroup)."""
+    try:
+        return Path(AUTOGROUP_SWITCH).read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def set_autogroup_niceness(pid: int, niceness: int) -> None:
+    """Set the niceness of the autogroup (the session's scheduling group) the process is in, where the
+    kernel has autogroups on; without them niceness alone weighs against every other process."""
+    if not autogroups_on():
+        return
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    for _ in range(10):
+        try:
+            autogroup.write_text(f"{niceness}\n")
+            return
+        except FileNotFoundError as error:
+            raise ProcessLookupError(pid) from error
+        except BlockingIOError:  # without CAP_SYS_ADMIN the kernel takes one change per group per 100 ms
+            time.sleep(0.1)
+    autogroup.write_text(f"{niceness}\n")
 
 
 def memory_limit(container: JsonObject) -> int | None:
@@ -741,6 +768,23 @@ class PodWorker:
         self._publish()
         return self.stop_requested.wait(delay)
 
+    def _set_cpu_weight(self, container: ContainerRun, pid: int) -> None:
+        """Give the container's processes its CPU weight, also against the processes of other sessions.
+
+        With the kernel's autogroups on, the scheduler first shares the CPU fairly between sessions and only
+        then by niceness within one; the container runs in a session of its own, so its niceness alone would
+        leave it a whole session's share beside the control plane's. Its session's autogroup gets the same
+        niceness, which is what a kubelet's per-pod cgroup with its cpu.shares is.
+        """
+        niceness = cpu_niceness(container.spec)
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, niceness)  # the children it forks inherit it
+            set_autogroup_niceness(pid, niceness)
+        except ProcessLookupError:
+            return
+        except OSError as error:
+            self.agent.log(f"pod {self.namespace}/{self.name}: container {container.name}: no CPU weight: {error}")
+
     def _run_to_end(self, container: ContainerRun) -> int | None:
         """Run the container's process once; its exit code, or None when the pod is being stopped."""
         if self.stop_requested.is_set() or not self._ensure_image(container):
@@ -775,8 +819,7 @@ class PodWorker:
             )
             self._publish()
             return 128
-        with contextlib.suppress(ProcessLookupError):  # the children it forks inherit its niceness
-            os.setpriority(os.PRIO_PROCESS, process.pid, cpu_niceness(container.spec))
+        self._set_cpu_weight(container, process.pid)
         self.agent.record_process(self, container, process)
         started_at = now_rfc3339()
         with self.lock:

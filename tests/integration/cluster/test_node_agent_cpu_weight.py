@@ -1,21 +1,29 @@
 """The node agent as a kubelet about CPU: a container's CPU request sets its weight against the node's own
-processes (a niceness standing in for the cgroup's cpu.shares), and what it forks inherits it."""
+processes (a niceness standing in for the cgroup's cpu.shares, also on its session's autogroup, which the
+kernel weighs first), and what it forks inherits it."""
 
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.controlplane import GPU_TOLERATION
 from tests.cluster.fixtures import KubeCluster
-from tests.cluster.nodeagent import cpu_niceness
+from tests.cluster.nodeagent import autogroups_on, cpu_niceness, set_autogroup_niceness
 from tests.polling import wait_for
 
-# Prints the niceness of the container's first process and of a process it forks.
+# Prints the niceness of the container's first process and of a process it forks, and the niceness of their
+# session's autogroup where the kernel has autogroups on ("off" where not).
 REPORT_NICENESS = """
-import os, subprocess, sys
+import os, pathlib, subprocess, sys
+switch = pathlib.Path("/proc/sys/kernel/sched_autogroup_enabled")
+on = switch.exists() and switch.read_text().strip() == "1"
+print(pathlib.Path("/proc/self/autogroup").read_text().split()[-1] if on else "off", flush=True)
 print(os.nice(0), flush=True)
 subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], check=True)
 """
@@ -62,4 +70,20 @@ def test_a_pod_runs_with_the_weight_of_its_cpu_request(kube_cluster: KubeCluster
     for name, expected in {"best-effort": "19", "half-a-core": "3", "one-core": "0"}.items():
         wait_for(f"pod {name} to succeed", functools.partial(succeeded, name))
         logs = kube_cluster.kubectl("logs", "-n", kube_namespace, name).stdout.split()
-        assert logs == [expected, expected], (name, logs)
+        autogroup = expected if autogroups_on() else "off"
+        assert logs == [autogroup, expected, expected], (name, logs)
+
+
+def test_a_niced_session_yields_the_cpu_to_other_sessions() -> None:
+    """With autogroups on, niceness weighs only within a session; the agent's containers run in sessions of
+    their own, so their session's autogroup must carry the weight too."""
+    if not autogroups_on():
+        pytest.skip("the kernel has no autogroups here: niceness alone already weighs across sessions")
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        set_autogroup_niceness(process.pid, 19)
+        assert Path(f"/proc/{process.pid}/autogroup").read_text().split()[-2:] == ["nice", "19"]
+        assert Path("/proc/self/autogroup").read_text().split()[-2:] != ["nice", "19"]  # ours is untouched
+    finally:
+        process.kill()
+        process.wait()
