@@ -111,11 +111,14 @@ def test_a_signal(vllm_setup: VllmSetup, tmp_path: Path, dispatch: str, name: st
 def test_a_constraint_stops_the_run_with_requests_in_flight(
     vllm_setup: VllmSetup, tmp_path: Path, dispatch: str
 ) -> None:
-    # 32 batches' worth of requests outstanding: the deadline finds most of them still queued, even when the
-    # main process, the one that checks it, was descheduled for seconds meanwhile (seen once with 32 in flight:
-    # the engine had finished all four batches by the time it looked).
+    # 256 batches' worth of requests outstanding (~40 s of this engine's work): the deadline finds most of them
+    # still queued even when the main process, the one that checks it, got no CPU for seconds meanwhile. On
+    # this machine every process but the engine's two busy ones was seen to stop for ~4 s just as the first
+    # requests reached the engine (a sampler at niceness -20 took no sample while those two ran 3.4 and 3.8 CPU
+    # seconds); with 32 and then 256 in flight the engine had finished them all by the time the main process
+    # looked.
     deadline = {"kind": "max_duration", "seconds": 4}
-    run = vllm_setup.start_batchmark(config(vllm_setup, dispatch, deadline, max_concurrency=256), tmp_path)
+    run = vllm_setup.start_batchmark(config(vllm_setup, dispatch, deadline, max_concurrency=2048), tmp_path)
     try:
         processes = started_processes(run)
         engines = engines_among(processes)

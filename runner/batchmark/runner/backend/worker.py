@@ -137,15 +137,15 @@ class EngineWorker:
     def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
         self._send(Submit(requests))
 
-    def receive(self, timeout: float | None) -> list[FromWorker]:
-        """Every message waiting, after waiting up to ``timeout`` for the first."""
-        messages: list[FromWorker] = []
-        if not self._conn.poll(timeout):
-            return messages
-        while True:
-            messages.append(self._receive(timeout=0))
-            if not self._conn.poll(0):
-                return messages
+    def receive(self, timeout: float) -> list[FromWorker]:
+        """The messages waiting, after waiting up to ``timeout`` for the first (see ``read_waiting``)."""
+        try:
+            messages = read_waiting(self._conn, timeout)
+        except (EOFError, ConnectionResetError) as error:
+            raise self._exited() from error
+        for message in messages:
+            _raise_if_crashed(message)
+        return messages
 
     def drain(self) -> list[BatchReport]:
         """Drop queued requests, wait for the batch in progress; returns its reports."""
@@ -236,11 +236,35 @@ class EngineWorker:
             message: FromWorker = self._conn.recv()
         except (EOFError, ConnectionResetError) as error:
             raise self._exited() from error
-        if isinstance(message, Crashed):
-            # The whole traceback is in the worker's log; the results carry its last line.
-            lines = message.traceback.strip().splitlines()
-            raise WorkerFailed(f"the engine's process crashed: {lines[-1] if lines else 'no details'}")
+        _raise_if_crashed(message)
         return message
+
+
+def read_waiting(conn: multiprocessing.connection.Connection, timeout: float) -> list[FromWorker]:
+    """Wait up to ``timeout`` for a first message, then read on while more are waiting, but not past
+    ``timeout`` from the call (after it, one message at most); a crash report ends the reading.
+
+    The bound is for a reader slower than the messages coming (the main process short of CPU beside a busy
+    engine, which in continuous dispatch reports every step that finishes requests): reading "while any is
+    waiting" would go on for as long as they come, and the run would neither refill nor see its deadline.
+    """
+    give_up = time.monotonic() + timeout
+    messages: list[FromWorker] = []
+    if not conn.poll(timeout):
+        return messages
+    while True:
+        message: FromWorker = conn.recv()
+        messages.append(message)
+        # Nothing follows a crash report but the pipe's end.
+        if isinstance(message, Crashed) or time.monotonic() >= give_up or not conn.poll(0):
+            return messages
+
+
+def _raise_if_crashed(message: FromWorker) -> None:
+    if isinstance(message, Crashed):
+        # The whole traceback is in the worker's log; the results carry its last line.
+        lines = message.traceback.strip().splitlines()
+        raise WorkerFailed(f"the engine's process crashed: {lines[-1] if lines else 'no details'}")
 
 
 def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int, parent_pid: int) -> None:
