@@ -102,7 +102,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="batchmark-floor-") as directory, ControlPlane(Path(directory)) as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", "--timeout=120s")
+        cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         for threads in (int(value) for value in args.threads.split(",")):
             print(json.dumps(one_run(cluster, f"floor-{threads}", args.benchmarks, threads)), flush=True)
     return 0

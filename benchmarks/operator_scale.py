@@ -306,7 +306,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
         cluster.start_node_agent()
         cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", "--timeout=120s")
+        cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         namespace = "scale"
         cluster.kubectl("create", "namespace", namespace)
         queue = None

@@ -586,6 +586,22 @@ class ControlPlane:
             timeout=120,
         )
 
+    def wait(self, *arguments: str, timeout_seconds: float = 120) -> None:
+        """``kubectl wait ARGUMENTS``, tried again until it succeeds or ``timeout_seconds`` pass.
+
+        kubectl wait gives up at once on an object it cannot find: seen right after a server-side apply of a
+        CRD had returned (the benchmark's start failed with exit status 1), so one call is not enough.
+        """
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            left = max(1, round(deadline - time.monotonic()))
+            result = self.kubectl("wait", *arguments, f"--timeout={left}s", check=False)
+            if result.returncode == 0:
+                return
+            if time.monotonic() >= deadline:
+                raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+            time.sleep(0.2)
+
     def helm(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the built helm as the admin; output captured as text."""
         if self.binaries.helm is None:

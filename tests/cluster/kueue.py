@@ -139,7 +139,7 @@ class Kueue:
         """Apply Kueue's CRDs (server-side: some are too large for client-side apply's annotation)."""
         crds = str(self.binaries.crds)
         self.control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds)
-        self.control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
+        self.control_plane.wait("--for=condition=Established", "-f", crds, timeout_seconds=60)
 
     def start(self, timeout_seconds: float = 120) -> None:
         """Install the CRDs, create Kueue's namespace and start the manager; return once it is ready."""

@@ -119,7 +119,7 @@ spec:
     )
     # kubectl apply downloads the OpenAPI document: this also checks that the built server serves it intact.
     kube_cluster.kubectl("apply", "-f", str(crd))
-    kube_cluster.kubectl("wait", "--for=condition=Established", "crd/widgets.harness.batchmark.dev", "--timeout=120s")
+    kube_cluster.wait("--for=condition=Established", "crd/widgets.harness.batchmark.dev")
 
     with kube_cluster.api_client() as client:
         widgets = CustomObjectsApi(client)

@@ -289,7 +289,7 @@ def test_without_kueue_a_queue_name_is_refused(kube_cluster: KubeCluster, tmp_pa
     session's has Kueue's CRDs once any Kueue test ran."""
     with ControlPlane(tmp_path / "cluster", locate_binaries()) as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", "--timeout=120s")
+        cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         operator = OperatorProcess(cluster, tmp_path / "operator.log")
         operator.start()
         try:
