@@ -8,6 +8,7 @@ import yaml
 
 from batchmark.operator.handlers import API_CONNECTIONS, REFRESH_WORKERS, WORKERS
 from batchmark.operator.kube import api_client
+from batchmark.operator.reconcile import CHILD_CREATORS
 
 
 def write_kubeconfig(path: Path) -> Path:
@@ -28,7 +29,7 @@ def write_kubeconfig(path: Path) -> Path:
 
 
 def test_the_pool_holds_a_connection_for_every_thread_of_the_operator(tmp_path: Path) -> None:
-    assert API_CONNECTIONS >= WORKERS + REFRESH_WORKERS
+    assert API_CONNECTIONS >= WORKERS + REFRESH_WORKERS + CHILD_CREATORS
     client = api_client(str(write_kubeconfig(tmp_path / "kubeconfig")), API_CONNECTIONS)
     assert client.configuration.host == "https://127.0.0.1:6443"
     assert client.configuration.connection_pool_maxsize == API_CONNECTIONS

@@ -32,7 +32,7 @@ from urllib3.exceptions import HTTPError
 
 from batchmark.operator import kueue
 from batchmark.operator.api import GROUP, PLURAL, VERSION
-from batchmark.operator.reconcile import Reconciler
+from batchmark.operator.reconcile import CHILD_CREATORS, Reconciler
 from batchmark.operator.status import JobView, benchmark_signature, child_signature
 from batchmark.operator.watched import (
     JOBS_INDEX,
@@ -48,9 +48,9 @@ from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers, retried
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 RETRY_DELAY_SECONDS = 2.0
 REFRESH_ATTEMPTS = 5  # a refresh the API server fails is tried again, 2, 4, 6 and 8 s later
-WORKERS = 16  # threads for the synchronous handlers (kopf's executor): creation, cancel
+WORKERS = 48  # threads for the synchronous handlers (kopf's executor): creation, cancel
 REFRESH_WORKERS = 8  # threads for refreshes after an event
-API_CONNECTIONS = WORKERS + REFRESH_WORKERS  # one pooled connection to the API server per thread
+API_CONNECTIONS = WORKERS + REFRESH_WORKERS + CHILD_CREATORS  # one pooled connection to the API server per thread
 # How often the positions of Queued benchmarks are read at most: one call per LocalQueue each time.
 QUEUE_POSITION_SECONDS = 5.0
 # Each benchmark whose position moved costs a refresh (a GET and a status patch), and when the head of a long
