@@ -202,6 +202,10 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
             return
         if type == "DELETED":
             reconciler.forget(namespace, name)
+        elif type == "ADDED" and not (body.get("status") or {}).get("phase"):
+            # A new benchmark: its creation handler writes the first status. A refresh here too made one more
+            # GET and PATCH per benchmark in a burst of creations, and waited on the same lock.
+            return
         # Also on the initial listing (type None): a restarted operator restores its result gauges.
         elif reconciler.worth_refreshing(("benchmark", namespace, name), benchmark_signature(body)):
             await refresh_soon(namespace, name)
