@@ -12,7 +12,7 @@ from batchmark.runner.statuswriter import (
     read_report_config_map,
     report_config_map_data,
 )
-from tests.unit.test_summary import sweep_report
+from tests.unit.runner.test_summary import sweep_report
 
 
 def test_off_without_the_resources_identity() -> None:
