@@ -39,8 +39,8 @@ def main() -> None:
     import vllm
     from vllm.inputs import TokensPrompt
 
-    from batchmark.runner.backend.prompts import TokenPromptFactory
     from batchmark.runner.data import RequestSpec
+    from batchmark.runner.engines.prompts import TokenPromptFactory
     from batchmark.runner.engines.vllm_engine import special_token_ids
 
     params = vllm.SamplingParams(

@@ -22,13 +22,13 @@ from rich.console import Console
 from batchmark.runner import __version__, contract
 from batchmark.runner.arguments import port_number
 from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
-from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import mp_context_name
 from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS, UNION_TAGS, RunConfig
 from batchmark.runner.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
 from batchmark.runner.engines.engine_args import EngineArgumentError
 from batchmark.runner.engines.factory import EngineUnavailable
+from batchmark.runner.engines.request_format import RequestFormatError
 from batchmark.runner.events import RunObserver
 from batchmark.runner.htmlreport.render import print_comparison, render, render_report
 from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS, MetricsObserver, MetricsServer
