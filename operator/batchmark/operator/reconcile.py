@@ -1,4 +1,4 @@
-"""What the operator does, as plain functions over typed inputs (handlers.py only wires them to kopf).
+"""What the operator does, as plain functions over typed inputs (handlers.py wires them to kopf, through dispatch.py).
 
 - ``ensure``: on create and on resume: validate what the schema cannot, then create the children
   idempotently (deterministic names; a 409 means it exists, so a restarted operator makes no second Job).
@@ -57,7 +57,7 @@ class Reconciler:
     def __init__(self, kube: Kube, defaults: OperatorDefaults | None = None, metrics: OperatorMetrics | None = None):
         self.kube = kube
         self.kueue = KueueApi(kube.api)
-        # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (handlers.py).
+        # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (dispatch.py).
         self.api_children = ApiChildren(kube, self.kueue)
         self.children: Children = self.api_children
         self.positions = QueuePositions(self.kueue.pending_workloads)
