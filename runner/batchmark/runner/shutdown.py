@@ -22,7 +22,7 @@ from typing import Any, Final
 SHUTDOWN_SECONDS: Final = 20.0
 ENGINE_STOP_SECONDS: Final = 5.0
 # Kept free at the end of SHUTDOWN_SECONDS for what follows the optional steps (closing the metrics server,
-# the interpreter's exit), which take up to about 3 s on a busy two-core machine (benchmarks/README.md).
+# the interpreter's exit), which take up to about 3 s on a busy two-core machine (benchmarks/notes/shutdown-timing.md).
 EXIT_RESERVE_SECONDS: Final = 5.0
 _POLL_SECONDS: Final = 0.05
 
