@@ -68,7 +68,7 @@ def load_defaults(path: Path | None) -> OperatorDefaults:
 
 @dataclass
 class OperatorOptions:
-    """What `batchmark operator` takes (CONTRACT.md)."""
+    """What `batchmark operator` takes (its options: `batchmark operator --help`)."""
 
     namespaces: Sequence[str] = ()
     metrics_address: str = "0.0.0.0"
