@@ -17,6 +17,8 @@ it decides is here, in plain classes that the unit tests drive directly:
 - ``QueuePositionPoller``: queue positions change with no event on a benchmark (another one was admitted): one
   task polls them (batchmark.operator.positions) and refreshes only the benchmarks whose position moved, at a
   bounded rate.
+- ``SeenSignatures``: what the status last read of each object, so that events that change none of it cost
+  nothing.
 - ``Dispatch``: the routing of each kind of event to the above and to the Reconciler.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Protocol
@@ -89,7 +92,28 @@ class Reconciles(Protocol):
 
     def forget(self, namespace: str, name: str) -> None: ...
 
-    def worth_refreshing(self, key: tuple[str, ...], signature: Hashable | None) -> bool: ...
+
+class SeenSignatures:
+    """Of each object, what the status last read of it: an event that changes none of that is dropped.
+
+    Every progress patch of every runner, and every status write of the operator itself, is an event: most
+    change nothing a phase depends on, and skipping them keeps the operator quick with many benchmarks.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, ...], Hashable] = {}
+        self._lock = threading.Lock()
+
+    def changed(self, key: tuple[str, ...], signature: Hashable | None) -> bool:
+        """False when the object changed in nothing the status reads since it was last seen (None: forget it)."""
+        with self._lock:
+            if signature is None:
+                self._seen.pop(key, None)
+                return True
+            if self._seen.get(key) == signature:
+                return False
+            self._seen[key] = signature
+            return True
 
 
 class Refresher:
@@ -198,6 +222,7 @@ class Dispatch:
 
     def __init__(self, reconciler: Reconciles, refresh_workers: int = REFRESH_WORKERS) -> None:
         self.reconciler = reconciler
+        self.seen = SeenSignatures()
         self._refresh_workers = refresh_workers
         self._refresher: Refresher | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -241,12 +266,13 @@ class Dispatch:
             return
         if type == "DELETED":
             self.reconciler.forget(namespace, name)
+            self.seen.changed(("benchmark", namespace, name), None)
         elif type == "ADDED" and not (body.get("status") or {}).get("phase"):
             # A new benchmark: its creation handler writes the first status. A refresh here too made one more
             # GET and PATCH per benchmark in a burst of creations, and waited on the same lock.
             return
         # Also on the initial listing (type None): a restarted operator restores its result gauges.
-        elif self.reconciler.worth_refreshing(("benchmark", namespace, name), benchmark_signature(body)):
+        elif self.seen.changed(("benchmark", namespace, name), benchmark_signature(body)):
             await self.refresher.soon(namespace, name)
 
     async def child_event(
@@ -261,7 +287,7 @@ class Dispatch:
         """A benchmark's Job or pod changed: refresh it, first when its Job just finished."""
         benchmark = labels.get(BENCHMARK_LABEL)
         signature = None if type == "DELETED" else child_signature(kind, body)
-        if benchmark and namespace and self.reconciler.worth_refreshing((kind, namespace, name), signature):
+        if benchmark and namespace and self.seen.changed((kind, namespace, name), signature):
             await self.refresher.soon(namespace, benchmark, URGENT if kind == "Job" and finished(body) else ROUTINE)
 
     async def workload_event(
@@ -273,5 +299,5 @@ class Dispatch:
         owners = meta.get("ownerReferences") or []
         job = next((owner["name"] for owner in owners if owner.get("kind") == "Job"), None)
         signature = None if type == "DELETED" else (kueue.WorkloadView.from_dict(body),)
-        if job and namespace and self.reconciler.worth_refreshing(("Workload", namespace, name), signature):
+        if job and namespace and self.seen.changed(("Workload", namespace, name), signature):
             await self.refresher.soon(namespace, job)

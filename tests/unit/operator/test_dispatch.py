@@ -201,7 +201,7 @@ def test_a_poll_that_fails_is_logged_and_the_polling_goes_on(caplog: pytest.LogC
 
 
 class RecordingReconciler(Reconciler):
-    """The real Reconciler (its de-duplication of events, its forgetting), with its API calls recorded instead."""
+    """The real Reconciler (its forgetting, its metrics), with its API calls recorded instead."""
 
     def __init__(self, kubeconfig: Path) -> None:
         super().__init__(Kube(api_client(str(kubeconfig))))
