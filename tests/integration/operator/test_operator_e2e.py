@@ -3,6 +3,7 @@ whose pods the node agent runs on fake GPU nodes; the runner in them writes the 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -262,6 +263,16 @@ def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
     assert failed["status"]["reason"] == "InvalidConfig"
     assert "tensor_parallel_size" in failed["status"]["message"]
     assert BatchV1Api(cluster.api_client()).list_namespaced_job(kube_namespace).items == []
+    # The series the chart's BatchBenchmarkFailed alert routes on: its namespace, name, reason and time.
+    failed_at = datetime.datetime.fromisoformat(failed["status"]["completionTime"].replace("Z", "+00:00"))
+    metrics = batchmark_operator.metrics()
+    assert (
+        "batchmark_operator_benchmark_failure_timestamp_seconds"
+        f'{{name="broken",namespace="{kube_namespace}",reason="InvalidConfig"}} {failed_at.timestamp()}'
+    ) in metrics
+    assert f'batchmark_operator_benchmark_phase{{name="broken",namespace="{kube_namespace}",phase="Failed"}} 1.0' in (
+        metrics
+    )
     batchmark_operator.assert_alive()
     apply(cluster, kube_namespace, short_run("fine"))
     assert wait_for_phase(cluster, kube_namespace, "fine", {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"
