@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner.outputs import load_report
 from batchmark.runner.statuswriter import read_report_config_map
@@ -173,6 +174,18 @@ def test_lifecycle_columns_wait_events_and_results(
     )
 
 
+def operator_series(
+    operator: OperatorProcess, name: str, labels: dict[str, str]
+) -> dict[frozenset[tuple[str, str]], float]:
+    """The operator's samples of one series name whose labels include ``labels``."""
+    return {
+        frozenset(sample.labels.items()): sample.value
+        for family in text_string_to_metric_families(operator.metrics())
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    }
+
+
 def _job_gone(cluster: KubeCluster, namespace: str, name: str) -> bool:
     jobs = BatchV1Api(cluster.api_client()).list_namespaced_job(namespace).items
     config_maps = (
@@ -265,14 +278,19 @@ def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
     assert BatchV1Api(cluster.api_client()).list_namespaced_job(kube_namespace).items == []
     # The series the chart's BatchBenchmarkFailed alert routes on: its namespace, name, reason and time.
     failed_at = datetime.datetime.fromisoformat(failed["status"]["completionTime"].replace("Z", "+00:00"))
-    metrics = batchmark_operator.metrics()
-    assert (
-        "batchmark_operator_benchmark_failure_timestamp_seconds"
-        f'{{name="broken",namespace="{kube_namespace}",reason="InvalidConfig"}} {failed_at.timestamp()}'
-    ) in metrics
-    assert f'batchmark_operator_benchmark_phase{{name="broken",namespace="{kube_namespace}",phase="Failed"}} 1.0' in (
-        metrics
+    ours = {"namespace": kube_namespace, "name": "broken"}
+    failure = {**ours, "reason": "InvalidConfig"}
+    wait_for(
+        "the failure's series",
+        lambda: (
+            operator_series(batchmark_operator, "batchmark_operator_benchmark_failure_timestamp_seconds", ours)
+            == {frozenset(failure.items()): failed_at.timestamp()}
+        ),
+        30,
     )
+    assert operator_series(batchmark_operator, "batchmark_operator_benchmark_phase", ours) == {
+        frozenset({**ours, "phase": "Failed"}.items()): 1
+    }
     batchmark_operator.assert_alive()
     apply(cluster, kube_namespace, short_run("fine"))
     assert wait_for_phase(cluster, kube_namespace, "fine", {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"
