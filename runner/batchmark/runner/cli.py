@@ -19,16 +19,16 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 from rich.console import Console
 
-from batchmark.runner import __version__
+from batchmark.runner import __version__, contract
 from batchmark.runner.arguments import port_number
 from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
-from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.backend.worker import mp_context_name
 from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS, UNION_TAGS, RunConfig
 from batchmark.runner.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
 from batchmark.runner.engines.engine_args import EngineArgumentError
 from batchmark.runner.engines.factory import EngineUnavailable
+from batchmark.runner.engines.request_format import RequestFormatError
 from batchmark.runner.events import RunObserver
 from batchmark.runner.htmlreport.render import print_comparison, render, render_report
 from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS, MetricsObserver, MetricsServer
@@ -44,10 +44,10 @@ from batchmark.runner.statuswriter import StatusWriter
 # mid-run (the results so far are written, marked incomplete with the reason); 4 an output could not be
 # written (the others were); 128 + N stopped by signal N (130 Ctrl-C, 143 SIGTERM; results written, marked
 # incomplete).
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_ENGINE_FAILED = 3
-EXIT_OUTPUT_FAILED = 4
+EXIT_FAILED = contract.EXIT_FAILED
+EXIT_USAGE = contract.EXIT_USAGE
+EXIT_ENGINE_FAILED = contract.EXIT_ENGINE_FAILED
+EXIT_OUTPUT_FAILED = contract.EXIT_OUTPUT_FAILED
 # Deeper nesting than this in a config is a mistake, and far deeper would exhaust Python's recursion limit.
 MAX_NESTING = 32
 _OPTION_OF_FIELD = {

@@ -16,7 +16,7 @@ from batchmark.operator.schema import Schema, SchemaError, structural_schema, wa
 from batchmark.runner.cli import build_parser, load_config
 from batchmark.runner.config import RunConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def openapi_schema() -> Schema:
