@@ -88,7 +88,7 @@ secrets:
 {{/* runAsUser and runAsGroup (with fsGroup too, for a pod) from operator.securityContext; a null one is left
 out, for the platform to assign (OpenShift's restricted SCC: a UID from the namespace's range, GID 0). */}}
 {{- define "batchmark.ids" -}}
-{{- $ids := index . 0 }}{{- $pod := index . 1 }}
+{{- $ids := index . 0 | default dict }}{{- $pod := index . 1 }}
 {{- with $ids.runAsUser }}
 runAsUser: {{ . }}
 {{- end }}
@@ -102,7 +102,7 @@ fsGroup: {{ . }}
 
 {{/* checkov's annotation for an object whose UID the platform assigns (CKV_K8S_40 wants a fixed high one). */}}
 {{- define "batchmark.platformUidSkip" -}}
-{{- if not .Values.operator.securityContext.runAsUser }}
+{{- if not (.Values.operator.securityContext | default dict).runAsUser }}
 checkov.io/skip9: CKV_K8S_40=operator.securityContext.runAsUser is null, the platform assigns the UID (OpenShift from the namespace's range)
 {{- end }}
 {{- end }}
