@@ -147,9 +147,13 @@ def benchmark_run() -> models.Dashboard:
         .with_panel(
             single(
                 "Phase",
-                "The phase the run is in: loading, warmup, measuring, cooldown, done.",
+                "The phase each selected run is in: loading, warmup, measuring, cooldown, done.",
                 "none",
-                query(f"max by (phase) (batchmark_phase{{{RUN}}}) == 1", "{{phase}}", instant=True),
+                query(
+                    f"max by (benchmark, run_id, phase) (batchmark_phase{{{RUN}}}) == 1",
+                    "{{benchmark}} {{run_id}}: {{phase}}",
+                    instant=True,
+                ),
             ).text_mode(BigValueTextMode.NAME)
         )
         .with_panel(
@@ -165,9 +169,11 @@ def benchmark_run() -> models.Dashboard:
         .with_panel(
             single(
                 "Engine load time",
-                "Time to load the engine, outside every timed phase.",
+                "Time to load the engine, outside every timed phase, per run.",
                 "s",
-                query(f"max(batchmark_engine_load_seconds{{{RUN}}})"),
+                query(
+                    f"max by (benchmark, run_id) (batchmark_engine_load_seconds{{{RUN}}})", "{{benchmark}} {{run_id}}"
+                ),
             )
         )
         .with_panel(
@@ -189,11 +195,16 @@ def benchmark_run() -> models.Dashboard:
         .with_panel(
             statetimeline.Panel()
             .title("Phases")
-            .description("Which phase the run was in, over time.")
+            .description("Which phase each selected run was in, over time.")
             .datasource(DATASOURCE)
             .height(5)
             .span(24)
-            .with_target(query(f"max by (phase) (batchmark_phase{{{RUN}}}) == 1", "{{phase}}"))
+            .with_target(
+                query(
+                    f"max by (benchmark, run_id, phase) (batchmark_phase{{{RUN}}}) == 1",
+                    "{{benchmark}} {{run_id}} {{phase}}",
+                )
+            )
         )
         .with_row(dashboard.Row("Throughput"))
         .with_panel(

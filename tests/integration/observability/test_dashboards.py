@@ -161,3 +161,9 @@ def test_two_runs_latencies_stay_apart_on_the_run_dashboard(tmp_path: Path) -> N
         # runs would put the short run's median far above its own).
         for name in runs:
             assert exact[name] / 2 <= by_name[name] <= exact[name] * 2, (name, by_name, exact)
+        # The overview's phase and engine load are per run too.
+        for title in ("Phase", "Engine load time"):
+            panel = next(p for p in board("benchmark-run.json")["panels"] if p.get("title") == title)
+            (target,) = panel["targets"]
+            found = prom.query(substitute(target["expr"], everything), at=at)
+            assert sorted(series["metric"].get("run_id") for series in found) == sorted(medians), (title, found)
