@@ -11,8 +11,9 @@ from pydantic import ValidationError
 from batchmark.runner.aggregator import Aggregator, Window
 from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.budget import RequestBudget, recommend, verdict
-from batchmark.runner.cli import UsageError, build_parser, load_config
+from batchmark.runner.cli import build_parser
 from batchmark.runner.config import MAX_SWEEP_BENCHMARKS, CostConfig, RunConfig, SweepConfig, parse_slo_name
+from batchmark.runner.configload import UsageError, load_config
 from batchmark.runner.cost import gpu_count, price
 from batchmark.runner.engines.base import Completion, EngineTimings
 from batchmark.runner.events import BatchEvent

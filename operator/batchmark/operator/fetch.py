@@ -15,8 +15,9 @@ from rich.console import Console
 
 from batchmark.operator.api import FINISHED_PHASES
 from batchmark.operator.kube import Kube, api_client
-from batchmark.runner.cli import EXIT_FAILED, EXIT_USAGE, UsageError
+from batchmark.runner.configload import UsageError
 from batchmark.runner.console import print_summary
+from batchmark.runner.exitcodes import EXIT_FAILED, EXIT_USAGE
 from batchmark.runner.outputs import write_report
 from batchmark.runner.results import RunReport
 from batchmark.runner.statuswriter import read_report_config_map

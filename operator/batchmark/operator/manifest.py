@@ -12,8 +12,9 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from batchmark.operator.api import API_VERSION, KIND, BatchBenchmarkSpec
-from batchmark.runner.cli import EXIT_USAGE, UsageError, load_config
 from batchmark.runner.config import RunConfig
+from batchmark.runner.configload import UsageError, load_config
+from batchmark.runner.exitcodes import EXIT_USAGE
 
 # A BatchBenchmark's name also names its Job and labels its pods: a DNS label.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
