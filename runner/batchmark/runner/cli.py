@@ -155,4 +155,7 @@ def main(argv: Sequence[str] | None = None, shutdown: Shutdown | None = None) ->
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_shutdown = Shutdown.install()
+    exit_code = main(shutdown=process_shutdown)
+    process_shutdown.ignore_from_now_on()
+    sys.exit(exit_code)
