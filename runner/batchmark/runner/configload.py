@@ -19,8 +19,13 @@ from pydantic.alias_generators import to_snake
 from batchmark.runner.backend.worker import mp_context_name
 from batchmark.runner.config import UNION_TAGS, RunConfig
 from batchmark.runner.outputs import output_problem
+from batchmark.runner.safeload import DocumentError, describe_yaml_error, load_json, load_yaml
 from batchmark.runner.spec import SpecError, parse_spec, parse_sweep
 
+# A config is small: a ConfigMap holds at most 1 MiB, and a file larger than that is not a config. Its YAML
+# aliases may expand it to a few times its size, never to the billions of nodes a few of them can stand for.
+MAX_CONFIG_BYTES = 2**20
+MAX_CONFIG_EXPANDED = 4 * MAX_CONFIG_BYTES
 # Deeper nesting than this in a config is a mistake, and far deeper would exhaust Python's recursion limit.
 MAX_NESTING = 32
 _OPTION_OF_FIELD = {
@@ -34,6 +39,12 @@ _OPTION_OF_FIELD = {
     "sweep": "--sweep",
     "slo": "--slo",
     "cost": "--gpu-cost-per-hour",
+}
+
+# Fields inside a section that have an option of their own.
+_OPTION_OF_NESTED_FIELD = {
+    ("sweep", "warmup_requests"): "--sweep-warmup",
+    ("cost", "gpus"): "--gpus",
 }
 
 
@@ -61,12 +72,17 @@ def load_config(args: argparse.Namespace) -> RunConfig:
         merged["name"] = args.name
     if args.sample_requests is not None:
         merged["sample_requests"] = args.sample_requests
+    swept_on_the_command_line: set[str] = set()
     for text in getattr(args, "sweep", None) or []:
         try:
-            override = parse_sweep(text)
+            override = _normalised(parse_sweep(text), "--sweep")
         except SpecError as error:
             raise UsageError(f"--sweep: {error}") from None
-        merged["sweep"] = _merge_spec(merged.get("sweep"), _normalised(override, "--sweep"))
+        for field in _swept_fields(override):
+            if field in swept_on_the_command_line:
+                raise UsageError(f"--sweep: {field}: given twice; list all its values in one --sweep")
+            swept_on_the_command_line.add(field)
+        merged["sweep"] = _merge_spec(merged.get("sweep"), override)
     if getattr(args, "sweep_warmup", None) is not None:
         merged["sweep"] = {**(merged.get("sweep") or {}), "warmup_requests": args.sweep_warmup}
     if getattr(args, "slo", None) is not None:
@@ -92,6 +108,17 @@ def load_config(args: argparse.Namespace) -> RunConfig:
     except ValueError as error:
         raise UsageError(str(error)) from None
     return config
+
+
+def _swept_fields(sweep: dict[str, Any]) -> list[str]:
+    """The dotted backend fields one --sweep names (vllm_config.NAME for each vLLM argument)."""
+    fields: list[str] = []
+    for name, values in sweep.items():
+        if name == "vllm_config" and isinstance(values, dict):
+            fields += [f"vllm_config.{argument}" for argument in values]
+        else:
+            fields.append(name)
+    return fields
 
 
 def _spec(option: str, text: str) -> dict[str, Any]:
@@ -146,16 +173,24 @@ def _normalised(value: Any, where: str, path: tuple[str, ...] = ()) -> Any:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise UsageError(f"--config: cannot read {path}: {error.strerror or error}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UsageError(f"--config: {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB, the most a config may be")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise UsageError(f"--config: {path} is not UTF-8 text (byte {error.start})") from None
-    kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
     try:
-        data = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise UsageError(f"--config: {path} is not valid {kind}: {error}") from None
+        data = load_json(text) if path.suffix.lower() == ".json" else load_yaml(text, MAX_CONFIG_EXPANDED)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"--config: {path} is not valid JSON: {error}") from None
+    except yaml.YAMLError as error:
+        raise UsageError(f"--config: {path} is not valid YAML: {describe_yaml_error(error)}") from None
+    except DocumentError as error:
+        raise UsageError(f"--config: {path}: {error}") from None
     except RecursionError:
         raise UsageError(f"--config: {path}: nested too deeply") from None
     if not isinstance(data, dict):
@@ -170,8 +205,7 @@ def describe_validation_error(error: ValidationError) -> str:
         option = _OPTION_OF_FIELD.get(location[0], location[0]) if location else "config"
         # Drop the discriminator tag pydantic puts in the path of tagged unions.
         path = [part for part in location[1:] if not _is_union_tag(part)]
-        field = ".".join(path) if path else "(value)"
-        message = problem["msg"]
+        message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown key"
         elif problem["type"] == "union_tag_invalid":
@@ -181,7 +215,9 @@ def describe_validation_error(error: ValidationError) -> str:
             message = "kind is required"
         elif "input" in problem and not isinstance(problem["input"], dict):
             message += f" (got {problem['input']!r})"
-        lines.append(f"{option}: {field}: {message}")
+        if len(location) > 1:
+            option = _OPTION_OF_NESTED_FIELD.get((location[0], location[1]), option)
+        lines.append(f"{option}: {'.'.join(path)}: {message}" if path else f"{option}: {message}")
     return "\n".join(lines)
 
 
