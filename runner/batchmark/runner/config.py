@@ -605,6 +605,10 @@ class CostConfig(ConfigModel):
     )
 
 
+# A Kubernetes label value: the name labels the metrics and the pod.
+NAME_PATTERN = r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$"
+
+
 # --- the whole run ------------------------------------------------------------------------------------------
 
 
@@ -613,7 +617,7 @@ class RunConfig(ConfigModel):
 
     name: str = Field(
         default="benchmark",
-        pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$",
+        pattern=NAME_PATTERN,
         description=(
             "Name of the benchmark, used in labels and file names: a Kubernetes label value (letters, digits,"
             " '-', '_' and '.', at most 63 characters, starting and ending with a letter or digit)."
@@ -650,6 +654,17 @@ class RunConfig(ConfigModel):
         " the budget when each of its values is at most the target (goodput counts those).",
     )
     cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _label_value(cls, name: Any) -> Any:
+        """The rule in words, before pydantic's check would print the pattern."""
+        if isinstance(name, str) and not re.fullmatch(NAME_PATTERN, name):
+            raise ValueError(
+                f"{name!r} is not a label value: use letters, digits, '-', '_' and '.', at most 63 characters,"
+                " starting and ending with a letter or digit"
+            )
+        return name
 
     @field_validator("outputs")
     @classmethod

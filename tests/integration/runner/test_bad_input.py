@@ -493,3 +493,45 @@ def test_a_sensible_nested_vllm_config_still_passes(tmp_path: Path) -> None:
     config.write_text(json.dumps(data))
     assert cli(["run", "--quiet", "--config", str(config), "--output", str(output)]) == 0
     assert read_results(output)["config"]["backend"]["vllm_config"]["compilation_config"]["level"] == 0
+
+
+# `batchmark manifest` takes run's options and Kubernetes names: each refused with one line, nothing printed on
+# stdout (where `| kubectl apply -f -` would read it), user text printed as written.
+MANIFEST_CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
+    "name that is markup": (lambda t: [*run_args(), "--name", "[/x]"], ["--name", "'[/x]'"]),
+    "name with a closing tag only": (lambda t: [*run_args(), "--name", "[/]"], ["--name", "'[/]'"]),
+    "name in capitals": (lambda t: [*run_args(), "--name", "Bench"], ["--name", "'Bench'", "lower-case"]),
+    "name of 64 characters": (lambda t: [*run_args(), "--name", "b" * 64], ["--name", "63 characters"]),
+    "name that is no label value": (lambda t: [*run_args(), "--name", "a b"], ["--name", "'a b'", "63 characters"]),
+    "namespace that is markup": (lambda t: [*run_args(), "--namespace", "[/x]"], ["--namespace", "'[/x]'"]),
+    "namespace with an underscore": (lambda t: [*run_args(), "-n", "team_a"], ["--namespace", "'team_a'"]),
+    "namespace that is a path": (lambda t: [*run_args(), "-n", "../kube-system"], ["--namespace", "../kube-system"]),
+    "sweep warm-up of 10**12 requests": (
+        lambda t: run_args(extra=["--sweep", "batch_size=4,8", "--sweep-warmup", "1000000000000"]),
+        ["--sweep-warmup", "warmup_requests"],
+    ),
+    "one SLO statistic in two spellings": (
+        lambda t: run_args(extra=["--slo", "ttft_p95=1,ttftP95=2"]),
+        ["--slo", "ttft_p95", "ttftP95"],
+    ),
+    "absurd GPU price": (lambda t: run_args(extra=["--gpu-cost-per-hour", "1e308"]), ["--gpu-cost-per-hour"]),
+    "YAML alias bomb in a config file": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", alias_bomb()))],
+        ["--config", "aliases"],
+    ),
+    "empty image": (lambda t: [*run_args(), "--image", ""], ["image"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MANIFEST_CASES))
+def test_manifest_refuses_bad_input_and_prints_no_manifest(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_args, named = MANIFEST_CASES[case]
+    assert cli(["manifest", *make_args(tmp_path)[1:]]) == 2
+    captured = capsys.readouterr()
+    message = " ".join(captured.err.split())
+    for text in named:
+        assert text in message, message
+    assert_no_dump(message)
+    assert captured.out == ""
