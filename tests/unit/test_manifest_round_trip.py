@@ -4,6 +4,7 @@ BatchBenchmark that `manifest` prints goes through the operator (spec -> ConfigM
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,8 @@ def test_manifest_of_a_run_command_line_runs_the_same_benchmark_in_the_pod(
 
 def test_the_cases_give_every_option_of_run() -> None:
     parser = build_parser()
-    run = next(action for action in parser._subparsers._actions if action.dest == "command").choices["run"]  # type: ignore[union-attr]
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    run = commands.choices["run"]
     options = {option for action in run._actions for option in action.option_strings if option.startswith("--")}
     given = {argument for case in CASES.values() for argument in case if argument.startswith("--")}
     assert options - {"--help"} - given == set(), "add a case for each new option of run"
