@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from batchmark.operator import fetch
 from batchmark.runner.cli import main
 from batchmark.runner.engines.engine_args import vllm_engine_arg_names
 from tests.integration.runner.harness import (
@@ -535,3 +537,153 @@ def test_manifest_refuses_bad_input_and_prints_no_manifest(
         assert text in message, message
     assert_no_dump(message)
     assert captured.out == ""
+
+
+# `batchmark results` against a cluster that is not there: every bad input is refused (2) before the first
+# request, which would otherwise fail (5) and hide it; a server that refuses or never answers is named (5).
+def kubeconfig(tmp_path: Path, server: str, namespace: str = "team-a") -> Path:
+    return write(
+        tmp_path / "kubeconfig",
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": namespace}}],
+                "current-context": "x",
+            }
+        ),
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+ResultsCase = Callable[[Path, Path], list[str]]  # (tmp_path, a kubeconfig of a closed port) -> arguments
+RESULTS_CASES: dict[str, tuple[ResultsCase, int, list[str]]] = {
+    "binary kubeconfig": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", bytes(range(256))))],
+        2,
+        ["--kubeconfig", "kc", "not a kubeconfig", "UTF-8"],
+    ),
+    "kubeconfig that is not YAML": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", "clusters: [\n"))],
+        2,
+        ["--kubeconfig", "kc", "not a kubeconfig", "not YAML"],
+    ),
+    "kubeconfig that is a list": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", "- a\n- b\n"))],
+        2,
+        ["--kubeconfig", "kc", "not a kubeconfig"],
+    ),
+    "kubeconfig that is an alias bomb": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", alias_bomb()))],
+        2,
+        ["--kubeconfig", "kc", "aliases"],
+    ),
+    "kubeconfig without a context": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", "apiVersion: v1\nkind: Config\n"))],
+        2,
+        ["--kubeconfig", "kc", "not a usable kubeconfig"],
+    ),
+    "kubeconfig that is missing": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(t / "absent")],
+        2,
+        ["--kubeconfig", "absent", "No such file"],
+    ),
+    "name that is markup": (lambda t, k: ["results", "[/x]", "--kubeconfig", str(k)], 2, ["NAME", "'[/x]'"]),
+    "name in capitals": (lambda t, k: ["results", "Bench", "--kubeconfig", str(k)], 2, ["NAME", "'Bench'"]),
+    "name that is a path": (lambda t, k: ["results", "../secrets", "--kubeconfig", str(k)], 2, ["NAME"]),
+    "namespace that is markup": (
+        lambda t, k: ["results", "b", "-n", "[/x]", "--kubeconfig", str(k)],
+        2,
+        ["--namespace", "'[/x]'"],
+    ),
+    "namespace with a dot": (
+        lambda t, k: ["results", "b", "-n", "a.b", "--kubeconfig", str(k)],
+        2,
+        ["--namespace", "'a.b'"],
+    ),
+    "output into a directory": (
+        lambda t, k: ["results", "b", "-o", str(t / "d.json"), "--kubeconfig", str(k)],
+        2,
+        ["--output", "d.json", "is a directory"],
+    ),
+    "output of an unknown kind": (
+        lambda t, k: ["results", "b", "-o", str(t / "r.txt"), "--kubeconfig", str(k)],
+        2,
+        ["--output", "r.txt", ".json"],
+    ),
+    "output in /proc": (
+        lambda t, k: ["results", "b", "-o", "/proc/r.json", "--kubeconfig", str(k)],
+        2,
+        ["--output", "/proc/r.json"],
+    ),
+    "output that is markup": (
+        lambda t, k: [
+            "results",
+            "b",
+            "-o",
+            str(t / "[/x]" / "r.json"),
+            "-o",
+            "/proc/[/x].json",
+            "--kubeconfig",
+            str(k),
+        ],
+        2,
+        ["--output", "/proc/[/x].json"],
+    ),
+    "a server that refuses the connection": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(k)],
+        5,
+        ["cannot reach the API server https://127.0.0.1:", "refused"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RESULTS_CASES))
+def test_results_refuses_bad_input_before_asking_the_cluster(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_args, code, named = RESULTS_CASES[case]
+    (tmp_path / "d.json").mkdir()
+    config = kubeconfig(tmp_path, f"https://127.0.0.1:{closed_port()}")
+    args = make_args(tmp_path, config)
+    before = sorted(path.name for path in tmp_path.iterdir())
+    assert cli(args) == code
+    captured = capsys.readouterr()
+    message = " ".join(captured.err.split())
+    for text in named:
+        assert text in message, message
+    assert_no_dump(message)
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_results_reads_kubeconfig_from_the_environment_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(write(tmp_path / "kc", b"\x00\x01binary\xff")))
+    assert cli(["results", "b"]) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    assert f"KUBECONFIG: {tmp_path / 'kc'}: not a kubeconfig" in message
+    assert_no_dump(message)
+
+
+def test_results_gives_up_on_a_server_that_never_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fetch, "READ_SECONDS", 1.0)  # the bound under test, made short
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections queue in the backlog; none is ever accepted or answered
+        port = silent.getsockname()[1]
+        assert cli(["results", "b", "--kubeconfig", str(kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))]) == 5
+    message = " ".join(capsys.readouterr().err.split())
+    assert f"cannot reach the API server https://127.0.0.1:{port}" in message
+    assert "timed out" in message
+    assert_no_dump(message)
