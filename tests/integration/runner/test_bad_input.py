@@ -404,6 +404,14 @@ REPORT_CASES: dict[str, tuple[Callable[[Path, Path], list[str]], list[str]]] = {
         lambda t, r: ["report", str(write(t / "other.json", '{"a": 1}')), "-o", str(t / "o.html")],
         ["other.json", "not a batchmark results file"],
     ),
+    "report of a YAML alias bomb": (
+        lambda t, r: ["report", str(write(t / "bomb.yaml", alias_bomb())), "-o", str(t / "o.html")],
+        ["bomb.yaml", "aliases"],
+    ),
+    "report of a JSON object with a key twice": (
+        lambda t, r: ["report", str(write(t / "twice.json", '{"name": "a", "name": "b"}')), "-o", str(t / "o.html")],
+        ["twice.json", "'name' twice"],
+    ),
     "compare over its second input": (
         lambda t, r: ["compare", str(r), str(shutil.copy(r, t / "b.json")), "-o", str(t / "b.json")],
         ["--output", "also an input"],
