@@ -18,23 +18,25 @@ from batchmark.operator.api import (
     BatchBenchmarkSpec,
 )
 from batchmark.runner.config import RunConfig
+from batchmark.runner.contract import (
+    CONFIG_DIRECTORY,
+    CONFIG_KEY,
+    CONFIG_PATH,
+    ENV_NAME,
+    ENV_NAMESPACE,
+    ENV_POD,
+    ENV_RESULTS,
+    ENV_TERMINATION,
+    ENV_UID,
+    TERMINATION_MESSAGE_PATH,
+)
 
-CONFIG_PATH = "/etc/batchmark/config.yaml"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 SHM_PATH = "/dev/shm"
 RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
 RUNNER_UID = 1000
-
-# The identity the runner's status writer reads (batchmark.runner.statuswriter), set on every benchmark pod.
-ENV_NAMESPACE = "BATCHMARK_RESOURCE_NAMESPACE"
-ENV_NAME = "BATCHMARK_RESOURCE_NAME"
-ENV_UID = "BATCHMARK_RESOURCE_UID"
-ENV_RESULTS = "BATCHMARK_RESULTS_CONFIGMAP"
-ENV_POD = "BATCHMARK_POD_NAME"
-ENV_TERMINATION = "BATCHMARK_TERMINATION_MESSAGE_PATH"
 
 
 def labels(name: str) -> dict[str, str]:
@@ -91,7 +93,7 @@ def config_map(owner: Owner, config: RunConfig) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": owner.metadata(owner.config_map),
-        "data": {"config.yaml": text},
+        "data": {CONFIG_KEY: text},
     }
 
 
@@ -176,7 +178,7 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         {"name": ENV_TERMINATION, "value": TERMINATION_MESSAGE_PATH},
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": "/etc/batchmark", "readOnly": True},
+        {"name": "config", "mountPath": CONFIG_DIRECTORY, "readOnly": True},
         {"name": "dshm", "mountPath": SHM_PATH},
     ]
     volumes: list[dict[str, Any]] = [

@@ -29,7 +29,7 @@ from batchmark.operator.names import dns_label, dns_subdomain
 from batchmark.runner.config import OUTPUT_EXTENSIONS
 from batchmark.runner.configload import MAX_CONFIG_BYTES, MAX_CONFIG_EXPANDED, UsageError
 from batchmark.runner.console import print_error, print_plain, print_summary
-from batchmark.runner.exitcodes import EXIT_CLUSTER, EXIT_OUTPUT_FAILED, EXIT_USAGE
+from batchmark.runner.contract import EXIT_CLUSTER, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.outputs import output_problem, write_report
 from batchmark.runner.results import RunReport
 from batchmark.runner.safeload import DocumentError, describe_yaml_error, load_yaml

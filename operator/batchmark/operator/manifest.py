@@ -15,7 +15,7 @@ from batchmark.operator.names import dns_label
 from batchmark.runner.config import RunConfig
 from batchmark.runner.configload import UsageError, load_config
 from batchmark.runner.console import print_error
-from batchmark.runner.exitcodes import EXIT_USAGE
+from batchmark.runner.contract import EXIT_USAGE
 
 # What a pod runs as `batchmark run` options; --output, --quiet, --metrics-address and --metrics-linger are the
 # laptop's (README, `batchmark manifest`), and the pod's own are set by the operator.

@@ -14,7 +14,7 @@ from batchmark.runner import __version__
 from batchmark.runner.arguments import http_url, linger_seconds, port_number
 from batchmark.runner.commands import compare, report, run
 from batchmark.runner.config import MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS
-from batchmark.runner.exitcodes import EXIT_USAGE
+from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS
 from batchmark.runner.shutdown import Shutdown
 from batchmark.runner.statuswriter import StatusWriter

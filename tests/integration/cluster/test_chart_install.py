@@ -87,7 +87,7 @@ def wait_succeeded(installed: Installed, name: str) -> dict[str, Any]:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     binaries = required_binaries()
     if binaries.helm is None:
-        pytest.fail("helm is not built: run tests/cluster/setup")
+        pytest.fail("helm is not built: run scripts/setup/cluster.sh")
     cluster = ControlPlane(tmp_path_factory.mktemp("chart-cluster"), binaries)
     metrics_port, health_port = free_port(), free_port()
     try:

@@ -9,7 +9,7 @@ from rich.console import Console
 from batchmark.runner.commands.report import check_html_output, labels, load_results, write_html
 from batchmark.runner.configload import UsageError
 from batchmark.runner.console import print_error, print_plain
-from batchmark.runner.exitcodes import EXIT_USAGE
+from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.htmlreport.render import print_comparison, render
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from batchmark.runner.configload import UsageError
 from batchmark.runner.console import print_error, print_plain
-from batchmark.runner.exitcodes import EXIT_USAGE
+from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.htmlreport.render import render_report
 from batchmark.runner.outputs import load_report, output_problem, write_atomically
 from batchmark.runner.results import RunReport

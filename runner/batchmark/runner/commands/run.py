@@ -12,15 +12,15 @@ from pathlib import Path
 from rich.console import Console
 
 from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
-from batchmark.runner.backend.request_format import RequestFormatError
 from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import RunConfig
 from batchmark.runner.configload import UsageError, load_config
 from batchmark.runner.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
+from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.engines.engine_args import EngineArgumentError
 from batchmark.runner.engines.factory import EngineUnavailable
+from batchmark.runner.engines.request_format import RequestFormatError
 from batchmark.runner.events import RunObserver
-from batchmark.runner.exitcodes import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS, MetricsObserver, MetricsServer
 from batchmark.runner.outputs import write_reports
 from batchmark.runner.pushgateway import PushOutcome, push_results, run_succeeded

@@ -10,7 +10,7 @@ import yaml
 from batchmark.operator.api import BatchBenchmarkSpec
 from batchmark.operator.children import Owner, job
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])

@@ -17,7 +17,7 @@ from batchmark.runner.cli import build_parser
 from batchmark.runner.config import RunConfig
 from batchmark.runner.configload import load_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def openapi_schema() -> Schema:

@@ -15,6 +15,7 @@ from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner.cli import build_parser, main
 from batchmark.runner.config import RunConfig
 from batchmark.runner.configload import load_config
+from batchmark.runner.contract import CONFIG_KEY, CONFIG_PATH
 
 BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated"
 BASE = [
@@ -112,10 +113,10 @@ def pod_config(spec: BatchBenchmarkSpec, name: str, tmp_path: Path) -> tuple[Run
     owner = children.Owner("benchmarks", name, "uid-1")
     config_map = children.config_map(owner, spec.run_config(name))
     mounted = tmp_path / "mounted-config.yaml"
-    mounted.write_text(config_map["data"]["config.yaml"])
+    mounted.write_text(config_map["data"][CONFIG_KEY])
     command = children.job(owner, spec)["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["batchmark", "run"]
-    pod_args = [str(mounted) if argument == children.CONFIG_PATH else argument for argument in command[1:]]
+    pod_args = [str(mounted) if argument == CONFIG_PATH else argument for argument in command[1:]]
     return load_config(build_parser().parse_args(pod_args)), pod_args
 
 
