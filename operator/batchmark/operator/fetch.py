@@ -169,7 +169,14 @@ def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunRepor
         raise ClusterError(f"cannot reach the API server {server}: {_reason(error)}") from None
     try:
         report = read_report_config_map(config_map)
-    except (ValidationError, ValueError, OSError) as error:
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "(document)"
+        raise UsageError(
+            f"ConfigMap {namespace}/{config_map_name} holds no readable report ({error.error_count()} problems; "
+            f"first: {where}: {first['msg']})"
+        ) from None
+    except (ValueError, OSError) as error:
         raise UsageError(f"ConfigMap {namespace}/{config_map_name} holds no readable report: {error}") from None
     if report is None:
         raise UsageError(

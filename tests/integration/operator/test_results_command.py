@@ -97,3 +97,18 @@ def test_results_of_an_unfinished_benchmark_and_an_unwritable_output(
     # The output is checked before the cluster is asked: the message is about the output, not the phase.
     assert cli(["results", "running", "--kubeconfig", str(kubeconfig), "-o", "/proc/r.json"]) == 2
     assert "--output: /proc/r.json" in capsys.readouterr().err
+
+    # Finished, but its ConfigMap holds something else: one line, not the validation library's dump.
+    cluster, path = batchmark_crd, f"/api/v1/namespaces/{kube_namespace}/configmaps/running-results"
+    cluster.request("PATCH", path, {"data": {"report.json": '{"a": 1}'}, "binaryData": None}, content_type=MERGE_PATCH)
+    cluster.request(
+        "PATCH",
+        f"/apis/batchmark.dev/v1alpha1/namespaces/{kube_namespace}/batchbenchmarks/running/status",
+        {"status": {"phase": "Failed"}},
+        content_type=MERGE_PATCH,
+    )
+    assert cli(["results", "running", "--kubeconfig", str(kubeconfig)]) == 2
+    error = capsys.readouterr().err
+    assert f"ConfigMap {kube_namespace}/running-results holds no readable report" in error, error
+    assert "errors.pydantic.dev" not in error
+    assert len(error.strip().splitlines()) == 1, error
