@@ -250,6 +250,8 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
             *("--backend", "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated,simulation.time_scale=0.02"),
             *("--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=8"),
             *("--profile", "kind=concurrent,streams=4", "--constraint", "kind=max_requests,count=30"),
+            # What a laptop run adds; the manifest must carry it into the pod, not drop it.
+            *("--sweep", "batch_size=2,4", "--slo", "request_latency_p99=60", "--gpu-cost-per-hour", "2"),
         ],
         capture_output=True,
         text=True,
@@ -260,7 +262,11 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
     assert result.returncode == 0, result.stderr
     found = wait_for_phase(cluster, kube_namespace, "from-manifest", {"Succeeded", "Failed"})
     assert found["status"]["phase"] == "Succeeded", found["status"]
-    assert found["status"]["results"][0]["requests"]["completed"] == 30
+    results = found["status"]["results"]
+    assert [entry["requests"]["completed"] for entry in results] == [30, 30]  # one benchmark per sweep point
+    assert [entry["swept"] for entry in results] == [{"batch_size": 2}, {"batch_size": 4}]
+    assert all(entry["sloMet"] is True for entry in results)  # a 60 s budget, on a simulated engine
+    assert all(entry["costPerMillionOutputTokens"] > 0 for entry in results)
 
 
 def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
