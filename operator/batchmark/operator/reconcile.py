@@ -195,6 +195,9 @@ class Reconciler:
             self._announce(body, update)
             self._announce_preemption(body, stored, fields)
             self.metrics.set_phase(namespace, name, update.phase)
+            completion_time = fields.get("completionTime") or stored.get("completionTime")
+            if update.phase == "Failed" and completion_time:
+                self.metrics.set_failure(namespace, name, update.reason, completion_time)
             results = fields.get("results") or stored.get("results")
             if update.phase == "Succeeded" or (update.phase in FINISHED_PHASES and results):
                 self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])

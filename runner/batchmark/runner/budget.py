@@ -134,4 +134,3 @@ def _missed(result: BenchmarkResult) -> str:
         for target in missed
     ]
     return f", which missed {', '.join(parts)}" if parts else ""
-

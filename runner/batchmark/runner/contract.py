@@ -68,6 +68,9 @@ EXIT_USAGE: Final = 2  # bad input, found before any work: the operator fails th
 EXIT_ENGINE_FAILED: Final = 3
 EXIT_OUTPUT_FAILED: Final = 4
 EXIT_SIGNAL_BASE: Final = 128  # 128 + N: stopped by signal N
+# `batchmark results` only, no part of the pod's contract; named here so that no two commands give one code two
+# meanings: the cluster's API server could not be reached, or refused the request.
+EXIT_CLUSTER: Final = 5
 
 # --- the status: one writer per field ----------------------------------------------------------------------
 
