@@ -96,6 +96,17 @@ class SimulationConfig(ConfigModel):
         le=3600,
         description="Cost per token of KV cache read by attention in a step, seconds.",
     )
+    step_time_noise: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Relative standard deviation of each engine step's time: every step is multiplied by a"
+        " log-normal factor of mean 1 and this spread, drawn from noise_seed (0: no noise). Models a shared"
+        " machine, so that repeated measurements differ by a known amount.",
+    )
+    noise_seed: int = Field(
+        default=0, ge=0, le=MAX_SEED, description="Seed of the step-time noise; each engine load draws one stream."
+    )
     gpu_name: str = Field(
         default="simulated H100-class GPU",
         description="Name reported for the simulated device.",

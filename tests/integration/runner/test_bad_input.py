@@ -116,6 +116,14 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
     "infinite batch_timeout": (lambda t: run_args(backend(batch_timeout=".inf")), ["--backend", "batch_timeout"]),
     "enormous batch_timeout": (lambda t: run_args(backend(batch_timeout="1e300")), ["--backend", "batch_timeout"]),
     "infinite time_scale": (lambda t: run_args(backend(time_scale=".inf")), ["--backend", "time_scale"]),
+    "step_time_noise above 1": (
+        lambda t: run_args(backend(**{"simulation.step_time_noise": "2"})),
+        ["--backend", "step_time_noise"],
+    ),
+    "negative noise_seed": (
+        lambda t: run_args(backend(**{"simulation.noise_seed": "-1"})),
+        ["--backend", "noise_seed"],
+    ),
     "NaN step cost": (
         lambda t: run_args(backend(**{"simulation.step_fixed_seconds": ".nan"})),
         ["--backend", "step_fixed_seconds"],

@@ -103,6 +103,8 @@ def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
         step_fixed_seconds=simulation.step_fixed_seconds,
         batched_token_seconds=simulation.batched_token_seconds,
         context_token_seconds=simulation.context_token_seconds,
+        step_time_noise=simulation.step_time_noise,
+        noise_seed=simulation.noise_seed,
         engine_args=engine_args,
     )
     prompts = _TokenPrompts(TokenPromptFactory.for_vocabulary(DEFAULT_VOCAB_SIZE, set(), seed))
@@ -115,6 +117,7 @@ def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
             "max_num_seqs": llm.max_num_seqs,
             "max_num_batched_tokens": llm.max_num_batched_tokens,
             "time_scale": simulation.time_scale,
+            "step_time_noise": simulation.step_time_noise,
         },
     )
     return GenerateEngine(llm, prompts, _pinned_length, info, steps=lambda: llm.steps)

@@ -21,16 +21,24 @@ throughput for that model class on one H100.
 
 Time advances on a simulated clock; the call sleeps so that wall time follows it, scaled by ``time_scale``
 (0: no sleeping). Timestamps in ``RequestOutput.metrics`` are on ``time.monotonic()``, as vLLM's are.
+
+``step_time_noise`` multiplies every step's time by a log-normal factor of mean 1 and that relative standard
+deviation, from a stream seeded by ``noise_seed``: expected times stay those of the cost model, and repeated
+measurements scatter by a known amount. A fast-forwarded run of k decode steps draws one factor with spread
+``step_time_noise / sqrt(k)``, what the sum of k independent factors of near-equal steps has.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
+
+import numpy as np
 
 # vLLM's defaults for offline use on a data-centre GPU (EngineArgs: max_num_seqs 256 for the LLM class,
 # chunked prefill with an 8192-token step budget), and Qwen3-0.6B's context window and vocabulary.
@@ -159,6 +167,8 @@ class SimulatedLLM:
     step_fixed_seconds: float = 0.004
     batched_token_seconds: float = 3.0e-6
     context_token_seconds: float = 3.7e-8
+    step_time_noise: float = 0.0
+    noise_seed: int = 0
     vocab_size: int = DEFAULT_VOCAB_SIZE
     engine_args: dict[str, Any] = field(default_factory=dict)
     _request_counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
@@ -167,7 +177,11 @@ class SimulatedLLM:
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs, max_num_batched_tokens and max_model_len must be positive")
+        if not 0 <= self.step_time_noise <= 1:
+            raise ValueError("step_time_noise must be between 0 and 1")
         self.cost = CostModel(self.step_fixed_seconds, self.batched_token_seconds, self.context_token_seconds)
+        self._noise = np.random.default_rng(self.noise_seed)
+        self.simulated_seconds = 0.0  # engine time spent in steps so far, noise included
         self._llm_engine: SimulatedLLMEngine | None = None
 
     @property
@@ -206,6 +220,15 @@ class SimulatedLLM:
         if len(sampling_params) != len(prompts):
             raise ValueError("The lengths of prompts and sampling_params must be the same.")
         return list(sampling_params)
+
+    def _noisy(self, seconds: float, steps: int) -> float:
+        """``seconds`` of ``steps`` engine steps with the step-time noise applied."""
+        if self.step_time_noise > 0:
+            relative = self.step_time_noise / math.sqrt(steps)
+            sigma = math.sqrt(math.log1p(relative * relative))
+            seconds *= float(self._noise.lognormal(-sigma * sigma / 2, sigma))
+        self.simulated_seconds += seconds
+        return seconds
 
     def _validated(self, index: int, prompt: TokensPrompt, params: SamplingParams) -> _Sequence:
         token_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
@@ -259,7 +282,7 @@ class SimulatedLLM:
         batched = sum(chunk for _, chunk in scheduled)
         # Attention reads every token already in the sequence's KV cache plus the ones this step adds.
         context = sum(seq.computed + seq.generated + chunk for seq, chunk in scheduled)
-        clock.advance(self.cost.step(batched, context))
+        clock.advance(self._noisy(self.cost.step(batched, context), 1))
         self.steps += 1
         for seq, chunk in scheduled:
             if seq.computed < seq.prompt_len:
@@ -281,8 +304,11 @@ class SimulatedLLM:
         context_first = sum(seq.prompt_len + seq.generated + 1 for seq in running)
         context_total = steps * context_first + count * steps * (steps - 1) // 2
         clock.advance(
-            steps * (self.cost.step_fixed + count * self.cost.per_batched_token)
-            + context_total * self.cost.per_context_token
+            self._noisy(
+                steps * (self.cost.step_fixed + count * self.cost.per_batched_token)
+                + context_total * self.cost.per_context_token,
+                steps,
+            )
         )
         self.steps += steps
         for seq in running:

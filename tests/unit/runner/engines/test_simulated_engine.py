@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from batchmark.runner.engines.simulated import SamplingParams, SimulatedLLM, TokensPrompt
@@ -77,3 +78,36 @@ def test_time_scale_zero_does_not_sleep() -> None:
     started = time.monotonic()
     engine.generate([prompt(8)], SamplingParams(max_tokens=100))
     assert time.monotonic() - started < 1.0
+
+
+def _one_step_per_call_seconds(engine: SimulatedLLM, calls: int) -> list[float]:
+    """Engine seconds of ``calls`` one-step generate() calls (a one-token prompt asking for one token)."""
+    seconds = []
+    for _ in range(calls):
+        before = engine.simulated_seconds
+        engine.generate([prompt(1)], SamplingParams(max_tokens=1))
+        seconds.append(engine.simulated_seconds - before)
+    return seconds
+
+
+def test_step_time_noise_has_mean_one_and_the_stated_spread() -> None:
+    step = 0.001 + 1e-5
+    quiet = _one_step_per_call_seconds(llm(), 10)
+    assert quiet == pytest.approx([step] * 10)
+    noisy = np.array(_one_step_per_call_seconds(llm(step_time_noise=0.2, noise_seed=7), 20_000)) / step
+    assert noisy.mean() == pytest.approx(1.0, abs=0.01)
+    assert noisy.std() == pytest.approx(0.2, rel=0.05)
+    assert (noisy > 0).all()
+
+
+def test_step_time_noise_is_seeded() -> None:
+    first = _one_step_per_call_seconds(llm(step_time_noise=0.1, noise_seed=3), 50)
+    again = _one_step_per_call_seconds(llm(step_time_noise=0.1, noise_seed=3), 50)
+    other = _one_step_per_call_seconds(llm(step_time_noise=0.1, noise_seed=4), 50)
+    assert first == again
+    assert first != other
+
+
+def test_step_time_noise_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="step_time_noise"):
+        llm(step_time_noise=1.5)
