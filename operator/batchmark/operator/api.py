@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__, contract
 from batchmark.runner.config import (
+    MAX_REPEATS,
     MAX_SWEEP_BENCHMARKS,
     BackendConfig,
     ConstraintConfig,
@@ -170,6 +171,13 @@ class BatchBenchmarkSpec(ApiModel):
         " each benchmark reports whether it met every target and its goodput; the best that met it is recommended.",
     )
     cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPEATS,
+        description="Times each benchmark (each sweep point) is measured on the one engine load; figures are then"
+        " reported as mean with a 95% confidence interval.",
+    )
     image: str | None = Field(
         default=None, min_length=1, description=f"Runner image; default: the operator's, else {DEFAULT_IMAGE}."
     )
@@ -247,6 +255,7 @@ class BatchBenchmarkSpec(ApiModel):
                 "sweep": self.sweep,
                 "slo": self.slo or {},
                 "cost": self.cost,
+                "repeats": self.repeats,
             }
         )
 

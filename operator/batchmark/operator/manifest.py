@@ -19,7 +19,7 @@ from batchmark.runner.contract import EXIT_USAGE
 
 # What a pod runs as `batchmark run` options; --output, --quiet, --metrics-address and --metrics-linger are the
 # laptop's (README, `batchmark manifest`), and the pod's own are set by the operator.
-_BENCHMARK_FIELDS = {"backend", "data", "profile", "constraints", "sweep", "slo", "cost"}
+_BENCHMARK_FIELDS = {"backend", "data", "profile", "constraints", "sweep", "slo", "cost", "repeats"}
 
 
 def manifest(config: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -30,6 +30,8 @@ def manifest(config: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
     benchmark = config.model_dump(mode="json", by_alias=True, exclude_none=True, include=_BENCHMARK_FIELDS)
     if not benchmark.get("slo"):
         benchmark.pop("slo", None)  # no budget: the spec leaves it out
+    if benchmark.get("repeats") == 1:
+        benchmark.pop("repeats")  # the default: a spec without repeats reads as before
     spec: dict[str, Any] = {**benchmark, "sampleRequests": config.sample_requests}
     if args.image is not None:
         spec["image"] = args.image

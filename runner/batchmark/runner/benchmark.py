@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import math
 import platform
+import random
 import sys
 import time
 import uuid
@@ -32,8 +33,10 @@ from batchmark.runner.config import (
 )
 from batchmark.runner.cost import price
 from batchmark.runner.data import RequestSpec, SyntheticText
+from batchmark.runner.decision import decide
 from batchmark.runner.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.profiles import Strategy, initial_strategies, sweep_rates
+from batchmark.runner.repeats import repeated_benchmarks
 from batchmark.runner.results import BenchmarkResult, EngineLoad, EngineSummary, RunReport, SweepSummary
 from batchmark.runner.shutdown import StopFlag
 
@@ -74,6 +77,7 @@ class BenchmarkRunner:
         self._backends = [apply_overrides(config.backend, point) for point in self.points]
         self._loaded: BackendConfig | None = None  # what the current worker's engine and settings are
         self._loads: list[EngineLoad] = []
+        self._strategies: dict[int, list[Strategy]] = {}  # each point's strategies, as its repeats run them
 
     @property
     def stop_reason(self) -> str:
@@ -128,18 +132,21 @@ class BenchmarkRunner:
         results: list[BenchmarkResult] = []
         started = time.monotonic()
         reload_seconds = 0.0
-        for point, backend in enumerate(self._backends):
+        schedule = visit_order(
+            [_engine_key(backend) for backend in self._backends], self.config.repeats, self.config.data.seed
+        )
+        for visit, (point, repeat) in enumerate(schedule):
             if self._ready is None or self._ended:
                 break
-            if point > 0:
+            if visit > 0:
                 reload_seconds += self._switch_to(point, len(results))
                 if self._ended:
                     break
             if self.config.sweep is not None:
                 self.observers.on_sweep_point(self.points[point], point, len(self.points))
-                if self.config.sweep.warmup_requests:
+                if self.config.sweep.warmup_requests and repeat == 0:
                     self._warm_up(self.config.sweep.warmup_requests)
-            self._run_point(point, backend, results)
+            self._run_point(point, self._backends[point], results, repeat, visits_left=len(schedule) - visit - 1)
         report = self._report(results, time.monotonic() - started, reload_seconds)
         self.observers.on_phase("done")
         self.observers.on_run_end(report)
@@ -165,32 +172,34 @@ class BenchmarkRunner:
             self._loaded = backend
         return 0.0
 
-    def _run_point(self, point: int, backend: BackendConfig, results: list[BenchmarkResult]) -> None:
+    def _run_point(
+        self, point: int, backend: BackendConfig, results: list[BenchmarkResult], repeat: int, visits_left: int
+    ) -> None:
+        """The profile's benchmarks at one point; a repeat runs the strategies (rates included) of the first."""
         profile = self.config.profile
-        strategies = initial_strategies(profile)
+        repeated = self._strategies.get(point)
+        strategies = list(repeated) if repeated is not None else initial_strategies(profile)
         per_point = profile.sweep_size if isinstance(profile, SweepProfileConfig) else len(strategies)
-        last_point = point == len(self._backends) - 1
+        adds_rates = isinstance(profile, SweepProfileConfig) and repeated is None
         offset = len(results)
         position = 0
         while position < len(strategies) and not self._ended:
             strategy = strategies[position]
-            is_last = (
-                last_point
-                and position == len(strategies) - 1
-                and not (isinstance(profile, SweepProfileConfig) and position == 1)
-            )
-            known_total = offset + len(strategies) + (len(self._backends) - point - 1) * per_point
+            is_last = visits_left == 0 and position == len(strategies) - 1 and not (adds_rates and position == 1)
+            known_total = offset + len(strategies) + visits_left * per_point
             self.observers.on_benchmark_start(strategy, offset + position, known_total)
             result = self._run_one(strategy, drain_after=not is_last, point=point, backend=backend)
-            results.append(result)
+            results.append(result.model_copy(update={"point": point, "repeat": repeat}))
             self.observers.on_benchmark_end(result)
-            if isinstance(profile, SweepProfileConfig) and position == 1 and not self._ended:
+            if isinstance(profile, SweepProfileConfig) and adds_rates and position == 1 and not self._ended:
                 strategies += sweep_rates(
                     profile,
                     results[offset].throughput.requests_per_second,
                     results[offset + 1].throughput.requests_per_second,
                 )
             position += 1
+        if repeated is None and not self._ended:
+            self._strategies[point] = strategies
 
     def _warm_up(self, count: int) -> None:
         """Requests through the engine before a point's benchmarks, waited for and left out of every result."""
@@ -226,6 +235,12 @@ class BenchmarkRunner:
                 load_seconds=reload_seconds,
             )
         budget = bool(self.config.slo)
+        recommendation = recommend(results, budget) if budget or len(results) > 1 else None
+        repeated = None
+        if self.config.repeats > 1:
+            repeated = repeated_benchmarks(results, self.config.slo)
+            latency_name = next(iter(self.config.slo), "request_latency_p99")
+            recommendation = decide(repeated, results, budget, latency_name) if budget or len(repeated) > 1 else None
         return RunReport(
             name=self.config.name,
             run_id=self.run_id,
@@ -239,7 +254,9 @@ class BenchmarkRunner:
             stop_reason=stop_reason,
             benchmarks=results,
             sweep=sweep,
-            recommendation=recommend(results, budget) if budget or len(results) > 1 else None,
+            recommendation=recommendation,
+            repeats=self.config.repeats,
+            repeated=repeated,
         )
 
     def _engine_summary(self) -> EngineSummary:
@@ -284,6 +301,27 @@ class BenchmarkRunner:
         if self.config.cost is not None:
             update["cost"] = price(self.config.cost, backend.vllm_config, result.throughput)
         return result.model_copy(update=update)
+
+
+def visit_order(engine_keys: list[str], repeats: int, seed: int) -> list[tuple[int, int]]:
+    """(point, repeat) in run order: the points that share an engine load (consecutive, as a sweep orders them)
+    are measured in rounds, each round every point once, so drift spreads over all of them instead of piling
+    onto one. The first round keeps the sweep's order; later rounds are shuffled with the seed."""
+    shuffle = random.Random(seed)
+    order: list[tuple[int, int]] = []
+    start = 0
+    while start < len(engine_keys):
+        end = start
+        while end < len(engine_keys) and engine_keys[end] == engine_keys[start]:
+            end += 1
+        group = list(range(start, end))
+        for repeat in range(repeats):
+            round_order = list(group)
+            if repeat > 0:
+                shuffle.shuffle(round_order)
+            order.extend((point, repeat) for point in round_order)
+        start = end
+    return order
 
 
 def _engine_key(backend: BackendConfig) -> str:

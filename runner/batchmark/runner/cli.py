@@ -13,7 +13,7 @@ from pathlib import Path
 from batchmark.runner import __version__
 from batchmark.runner.arguments import http_url, linger_seconds, port_number
 from batchmark.runner.commands import compare, report, run
-from batchmark.runner.config import MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS
+from batchmark.runner.config import MAX_REPEATS, MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS
 from batchmark.runner.shutdown import Shutdown
@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write results to PATH (.json, .yaml, .csv, or .html: a self-contained report; repeatable)",
     )
     run.add_argument("--sample-requests", type=int, help="per-request records kept in the results")
+    run.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        help=f"measure every benchmark (every sweep point) N times on the one engine load, in rounds of shuffled "
+        f"order, and report each figure as mean with a 95%% confidence interval (1 to {MAX_REPEATS}, default 1)",
+    )
     run.add_argument(
         "--sweep",
         action="append",

@@ -57,6 +57,10 @@ MAX_SAMPLE_REQUESTS = 10_000
 # A run of more benchmarks than this (sweep points times the profile's benchmarks) is refused: each one is a
 # full benchmark under the constraints, and a grid with a rate sweep grows multiplicatively.
 MAX_SWEEP_BENCHMARKS = 64
+# Repeats measure each benchmark again on the same engine load: a few give an interval, dozens add little (the
+# interval narrows with the square root), and every repeat is a full benchmark under the constraints.
+MAX_REPEATS = 30
+MAX_BENCHMARKS = MAX_SWEEP_BENCHMARKS * 4
 MAX_CONSTRAINTS = 10
 # A sweep point's warm-up is submitted at once: its requests are in memory together. A warm-up fills caches and
 # compiles kernels; a few hundred requests do that.
@@ -665,6 +669,15 @@ class RunConfig(ConfigModel):
         " the budget when each of its values is at most the target (goodput counts those).",
     )
     cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPEATS,
+        strict=True,
+        description="Times each benchmark (each sweep point) is measured on the one engine load, in rounds whose"
+        " order of points is shuffled with the data seed; figures are then reported as mean, 95% confidence"
+        f" interval and spread. At most {MAX_BENCHMARKS} benchmarks in all, repeats included.",
+    )
 
     @field_validator("name", mode="before")
     @classmethod
@@ -722,6 +735,21 @@ class RunConfig(ConfigModel):
                 values = ", ".join(f"{name}={value!r}" for name, value in point.items())
                 raise ValueError(f"the backend is not valid with {values}: {_problems(error)}") from None
         return sweep
+
+    @field_validator("repeats")
+    @classmethod
+    def _repeats_bounded(cls, repeats: int, info: ValidationInfo) -> int:
+        """Checked as the field's own (after profile and sweep), so that the problem is reported as repeats'."""
+        profile, sweep = info.data.get("profile"), info.data.get("sweep")
+        points = len(sweep.points()) if sweep is not None else 1
+        per_point = profile.sweep_size if isinstance(profile, SweepProfileConfig) else 1
+        total = points * per_point * repeats
+        if total > MAX_BENCHMARKS:
+            raise ValueError(
+                f"{points * per_point} benchmarks x {repeats} repeats = {total}, more than the limit of"
+                f" {MAX_BENCHMARKS}; give fewer repeats or fewer sweep points"
+            )
+        return repeats
 
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:

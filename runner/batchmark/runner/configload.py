@@ -39,6 +39,7 @@ _OPTION_OF_FIELD = {
     "sweep": "--sweep",
     "slo": "--slo",
     "cost": "--gpu-cost-per-hour",
+    "repeats": "--repeats",
 }
 
 # Fields inside a section that have an option of their own.
@@ -72,6 +73,8 @@ def load_config(args: argparse.Namespace) -> RunConfig:
         merged["name"] = args.name
     if args.sample_requests is not None:
         merged["sample_requests"] = args.sample_requests
+    if getattr(args, "repeats", None) is not None:
+        merged["repeats"] = args.repeats
     swept_on_the_command_line: set[str] = set()
     for text in getattr(args, "sweep", None) or []:
         try:

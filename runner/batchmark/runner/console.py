@@ -13,7 +13,7 @@ from rich.text import Text
 from batchmark.runner import events
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.profiles import Strategy
-from batchmark.runner.results import RunReport
+from batchmark.runner.results import Estimate, RunReport
 
 SIMULATED_BANNER = (
     "SIMULATED ENGINE: no model ran. Timings come from batchmark's model of vLLM on {gpu}; "
@@ -157,7 +157,58 @@ def summary_tables(report: RunReport) -> list[Table]:
             _number(dist.dispatch_overhead.p99),
             _number(result.harness_cpu_per_request),
         )
+    repeated = _repeats_table(report, swept)
+    if repeated is not None:
+        tables.append(repeated)
     return tables
+
+
+def _interval(figure: Estimate | None, digits: str = ",.1f") -> str:
+    """mean ± half the 95% interval of a repeated figure."""
+    if figure is None:
+        return "-"
+    if figure.low is None or figure.high is None:
+        return format(figure.mean, digits)
+    return f"{figure.mean:{digits}} ± {(figure.high - figure.low) / 2:{digits}}"
+
+
+def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
+    """Each benchmark over its repeats: mean [95% CI] and the spread, only when the run repeated them."""
+    if not report.repeated:
+        return None
+    table = Table(
+        title=f"over {report.repeats} repeats: mean ± half the 95% confidence interval; spread = std / mean",
+        title_justify="left",
+    )
+    latency_names = list(report.repeated[0].latency)
+    columns = [
+        *(name.removeprefix("vllm_config.") for name in swept),
+        "benchmark",
+        "n",
+        "out tok/s",
+        "spread",
+        "req/s",
+        *latency_names,
+        "budget",
+    ]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("benchmark", "budget") else "right")
+    for entry in report.repeated:
+        figure = entry.output_tokens_per_second
+        budget = {"met": "[green]met[/]", "missed": "[red]missed[/]", None: "-"}.get(
+            entry.slo, f"[yellow]{entry.slo_met_repeats} of {len(entry.benchmarks)}[/]"
+        )
+        table.add_row(
+            *(Text(str(entry.swept.get(name, "-"))) for name in swept),
+            Text(entry.strategy),
+            str(figure.count),
+            _interval(figure),
+            "-" if figure.relative_spread is None else f"{figure.relative_spread:.1%}",
+            _interval(entry.requests_per_second, ",.2f"),
+            *(_interval(entry.latency.get(name), ".4g") for name in latency_names),
+            budget,
+        )
+    return table
 
 
 def _budget_table(report: RunReport, swept: list[str]) -> Table | None:

@@ -115,10 +115,14 @@ def load_report(path: Path) -> RunReport:
     return RunReport.model_validate(data)
 
 
+_CSV_REPEATED_EXCLUDED = {"benchmarks", "swept", "strategy", "point", "batch_size"}
+
+
 def report_csv(report: RunReport) -> str:
     """One row per benchmark, columns flattened with dots (distributions.request_latency.p99, ...)."""
     rows = []
-    for benchmark in report.benchmarks:
+    repeated_of = {index: entry for entry in report.repeated or [] for index in entry.benchmarks}
+    for index, benchmark in enumerate(report.benchmarks):
         row: dict[str, Any] = {
             "name": report.name,
             "run_id": report.run_id,
@@ -134,10 +138,15 @@ def report_csv(report: RunReport) -> str:
                 target.name: {"observed": target.observed, "met": target.met} for target in benchmark.slo.targets
             }
         row.update(_flatten(data))
+        entry = repeated_of.get(index)
+        if entry is not None:
+            # Each repeat's row carries its benchmark's figures over all the repeats.
+            row.update(_flatten(entry.model_dump(mode="json", exclude=_CSV_REPEATED_EXCLUDED), "repeated."))
         rows.append(row)
     buffer = io.StringIO()
     # A run that ended before its first benchmark still writes the header, so the file reads as a table.
-    columns = list(rows[0]) if rows else list(_RUN_COLUMNS)
+    # The union of the rows' columns: a repeat cut short carries no figures over repeats.
+    columns = list(dict.fromkeys(column for row in rows for column in row)) if rows else list(_RUN_COLUMNS)
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)

@@ -163,8 +163,46 @@ class BenchmarkResult(ResultModel):
         description="Values of the swept backend fields this benchmark ran with (empty without a sweep).",
     )
     batch_size: int | None = Field(default=None, description="The backend's batch_size for this benchmark.")
+    point: int = Field(default=0, description="Index of the sweep point it ran at (0 without a sweep).")
+    repeat: int = Field(default=0, description="Which repeat of its point and strategy this is, from 0.")
     slo: SloVerdict | None = Field(default=None, description="Against the latency budget, when one was given.")
     cost: CostFigures | None = Field(default=None, description="Cost per million tokens, when a GPU price was given.")
+
+
+class Estimate(ResultModel):
+    """A figure over repeated measurements."""
+
+    count: int = Field(description="Repeats it is computed from.")
+    mean: float = Field(description="Mean over the repeats.")
+    low: float | None = Field(description="Lower end of the 95% confidence interval of the mean (null: one repeat).")
+    high: float | None = Field(description="Upper end of the 95% confidence interval of the mean (null: one repeat).")
+    std: float | None = Field(description="Sample standard deviation of the repeats (null: one repeat).")
+    relative_spread: float | None = Field(description="std / mean: the repeat-to-repeat spread (0.05: 5%).")
+
+
+class RepeatedBenchmark(ResultModel):
+    """One benchmark's figures over its repeats: mean, 95% confidence interval (Student's t) and spread."""
+
+    point: int = Field(description="Index of the sweep point (0 without a sweep).")
+    strategy: str = Field(description="Strategy label.")
+    swept: dict[str, Any] = Field(description="Its swept values.")
+    batch_size: int | None = Field(description="The backend's batch_size.")
+    benchmarks: list[int] = Field(description="Indices of its repeats in benchmarks (those that ran to the end).")
+    requests_per_second: Estimate = Field(description="Completed requests per second.")
+    output_tokens_per_second: Estimate = Field(description="Generated tokens per second.")
+    total_tokens_per_second: Estimate = Field(description="Prompt and generated tokens per second.")
+    goodput_output_tokens_per_second: Estimate | None = Field(
+        description="Output tokens per second of requests that met every per-request target (with a budget)."
+    )
+    cost_per_million_output_tokens: Estimate | None = Field(description="Cost of a million generated tokens.")
+    gpus: int | None = Field(description="GPUs priced (with a GPU price).")
+    latency: dict[str, Estimate] = Field(
+        description="The latency statistics the budget names (without one: request_latency_p50 and _p99), seconds."
+    )
+    slo_met_repeats: int | None = Field(description="Repeats that met the whole budget (null: no budget).")
+    slo: Literal["met", "missed", "some"] | None = Field(
+        description="met: in every repeat; missed: in none; some: in some repeats only, which is not met."
+    )
 
 
 class EngineSummary(ResultModel):
@@ -215,6 +253,17 @@ class Recommendation(ResultModel):
     met_budget: bool = Field(description="True when at least one benchmark met the budget (or none was given).")
     runner_up: int | None = Field(description="Index of the next best benchmark among the same candidates.")
     margin: float | None = Field(description="Output throughput over the runner-up's, minus 1 (0.1: 10% ahead).")
+    certainty: Literal["distinguishable", "tied", "unknown"] | None = Field(
+        default=None,
+        description="With repeats: whether the best is distinguishable from the runner-up by the test (tied: not,"
+        " so the cheaper or lower-latency of the tied points is recommended; unknown: too few repeats).",
+    )
+    test: str | None = Field(default=None, description="The test that decided it, e.g. Welch's t-test.")
+    p_value: float | None = Field(default=None, description="The test's two-sided p-value against the runner-up.")
+    tied: list[int] = Field(
+        default_factory=list, description="Indices in repeated of the points tied with the fastest (it included)."
+    )
+    repeated: int | None = Field(default=None, description="Index in repeated of the recommended benchmark.")
     statement: str = Field(description="The recommendation in one sentence.")
 
 
@@ -238,4 +287,8 @@ class RunReport(ResultModel):
     sweep: SweepSummary | None = Field(default=None, description="The sweep, when backend fields were swept.")
     recommendation: Recommendation | None = Field(
         default=None, description="The best benchmark under the budget, when several ran or a budget was given."
+    )
+    repeats: int = Field(default=1, description="Times each benchmark was measured (repeats).")
+    repeated: list[RepeatedBenchmark] | None = Field(
+        default=None, description="With repeats: each benchmark's figures over its repeats, with intervals."
     )

@@ -116,6 +116,15 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
     "infinite batch_timeout": (lambda t: run_args(backend(batch_timeout=".inf")), ["--backend", "batch_timeout"]),
     "enormous batch_timeout": (lambda t: run_args(backend(batch_timeout="1e300")), ["--backend", "batch_timeout"]),
     "infinite time_scale": (lambda t: run_args(backend(time_scale=".inf")), ["--backend", "time_scale"]),
+    "zero repeats": (lambda t: run_args(extra=["--repeats", "0"]), ["--repeats", "greater than or equal to 1"]),
+    "too many repeats": (lambda t: run_args(extra=["--repeats", "31"]), ["--repeats", "less than or equal to 30"]),
+    "repeats not a number": (lambda t: run_args(extra=["--repeats", "three"]), ["--repeats"]),
+    "repeats times the sweep over the bound": (
+        lambda t: run_args(
+            extra=["--repeats", "30", "--sweep", "batch_size=" + ",".join(str(n) for n in range(1, 11))]
+        ),
+        ["--repeats", "10 benchmarks x 30 repeats = 300"],
+    ),
     "step_time_noise above 1": (
         lambda t: run_args(backend(**{"simulation.step_time_noise": "2"})),
         ["--backend", "step_time_noise"],

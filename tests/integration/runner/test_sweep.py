@@ -203,3 +203,67 @@ def test_budget_goodput_cost_and_recommendation_through_the_cli(
     assert "slo.targets.request_latency_p99.observed" in columns
     assert "cost.per_million_output_tokens" in columns
     assert [row.split(",")[columns.index("swept.batch_size")] for row in rows] == ["1", "4", "16"]
+
+
+def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path: Path) -> None:
+    report, recorder = run(
+        {"batch_size": [2, 16]},
+        repeats=3,
+        slo={"request_latency_p99": 60.0},
+        cost={"gpu_cost_per_hour": 2.0},
+        backend={"simulation": {"time_scale": 0.2, "step_time_noise": 0.2, "noise_seed": 5}},
+    )
+    # Every repeat is kept, in rounds: both points once per round, never one point's repeats back to back.
+    assert len(report.benchmarks) == 6
+    rounds = [(b.repeat, b.point) for b in report.benchmarks]
+    assert [repeat for repeat, _ in rounds] == [0, 0, 1, 1, 2, 2]
+    assert all({point for repeat, point in rounds if repeat == r} == {0, 1} for r in range(3))
+    assert [event[0] for event in recorder.events].count("loaded") == 1
+    assert report.repeats == 3
+    assert report.repeated is not None
+    assert [entry.swept for entry in report.repeated] == [{"batch_size": 2}, {"batch_size": 16}]
+    for entry in report.repeated:
+        figure = entry.output_tokens_per_second
+        assert figure.count == 3
+        assert figure.low is not None
+        assert figure.high is not None
+        assert figure.low <= figure.mean <= figure.high
+        assert entry.slo == "met"
+        assert entry.cost_per_million_output_tokens is not None
+        assert set(entry.latency) == {"request_latency_p99"}
+    chosen = report.recommendation
+    assert chosen is not None
+    assert chosen.certainty in ("distinguishable", "tied")
+    assert chosen.test == "Welch's t-test"
+    assert "95% CI" in chosen.statement
+
+
+def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    outputs = [tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.yaml"]
+    code = main(
+        [
+            "run",
+            "--backend",
+            "kind=vllm_python_batch,model=m,engine=simulated,simulation.time_scale=0.2,batch_timeout=0.005",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=32,output_tokens=8",
+            "--profile",
+            "kind=throughput,max_concurrency=32",
+            "--constraint",
+            "kind=max_requests,count=32",
+            "--sweep",
+            "batch_size=4,16",
+            "--repeats",
+            "2",
+            *(option for path in outputs for option in ("--output", str(path))),
+        ]
+    )
+    assert code == 0
+    console = " ".join(capsys.readouterr().out.split())
+    assert "over 2 repeats: mean ± half the 95% confidence interval" in console
+    saved = RunReport.model_validate(json.loads(outputs[0].read_text()))
+    assert saved.repeated is not None
+    assert len(saved.repeated) == 2
+    header = outputs[1].read_text().splitlines()[0].split(",")
+    assert {"repeat", "point", "repeated.output_tokens_per_second.low"} <= set(header)
+    assert "repeated:" in outputs[2].read_text()

@@ -65,6 +65,7 @@ CASES: dict[str, list[str]] = {
     "a latency budget in both spellings": [*BASE, "--slo", "request_latency_p99=2,ttftP95=0.5,tpot_max=0.1"],
     "a price": [*BASE, "--gpu-cost-per-hour", "2.5"],
     "a price for two GPUs": [*BASE, "--gpu-cost-per-hour", "2.5", "--gpus", "2"],
+    "repeats": [*BASE, "--repeats", "3"],
     "metrics and a Pushgateway": [*BASE, "--metrics-port", "9100", "--pushgateway", "http://gateway:9091"],
     "local-only options": [
         *BASE,
