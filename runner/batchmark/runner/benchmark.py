@@ -37,7 +37,16 @@ from batchmark.runner.decision import decide
 from batchmark.runner.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.profiles import Strategy, initial_strategies, sweep_rates
 from batchmark.runner.repeats import repeated_benchmarks
-from batchmark.runner.results import BenchmarkResult, EngineLoad, EngineSummary, RunReport, SweepSummary
+from batchmark.runner.results import (
+    BenchmarkResult,
+    EngineLoad,
+    EngineSummary,
+    RunReport,
+    SearchSummary,
+    SweepSummary,
+)
+from batchmark.runner.search import METHOD as SEARCH_METHOD
+from batchmark.runner.search import Measured, SearchOutcome, search
 from batchmark.runner.shutdown import StopFlag
 
 PROGRESS_INTERVAL = 0.25
@@ -132,9 +141,14 @@ class BenchmarkRunner:
         results: list[BenchmarkResult] = []
         started = time.monotonic()
         reload_seconds = 0.0
-        schedule = visit_order(
-            [_engine_key(backend) for backend in self._backends], self.config.repeats, self.config.data.seed
-        )
+        search_outcome = None
+        if self.config.sweep is not None and self.config.sweep.batch_size_search is not None:
+            search_outcome = self._search(results)
+            schedule = []
+        else:
+            schedule = visit_order(
+                [_engine_key(backend) for backend in self._backends], self.config.repeats, self.config.data.seed
+            )
         for visit, (point, repeat) in enumerate(schedule):
             if self._ready is None or self._ended:
                 break
@@ -147,7 +161,7 @@ class BenchmarkRunner:
                 if self.config.sweep.warmup_requests and repeat == 0:
                     self._warm_up(self.config.sweep.warmup_requests)
             self._run_point(point, self._backends[point], results, repeat, visits_left=len(schedule) - visit - 1)
-        report = self._report(results, time.monotonic() - started, reload_seconds)
+        report = self._report(results, time.monotonic() - started, reload_seconds, search_outcome)
         self.observers.on_phase("done")
         self.observers.on_run_end(report)
         return report
@@ -217,7 +231,38 @@ class BenchmarkRunner:
         except WorkerFailed as error:
             self.failure = f"the engine failed: {error}"
 
-    def _report(self, results: list[BenchmarkResult], wall: float, reload_seconds: float) -> RunReport:
+    def _search(self, results: list[BenchmarkResult]) -> SearchOutcome:
+        """The batch-size search: each point it asks for is measured (all its repeats, back to back) when asked."""
+        budget = bool(self.config.slo)
+
+        def measure(point: int) -> Measured | None:
+            if self._ready is None or self._ended:
+                return None
+            self._switch_to(point, len(results))
+            if self._ended:
+                return None
+            self.observers.on_sweep_point(self.points[point], point, len(self.points))
+            assert self.config.sweep is not None
+            if self.config.sweep.warmup_requests:
+                self._warm_up(self.config.sweep.warmup_requests)
+            for repeat in range(self.config.repeats):
+                self._run_point(point, self._backends[point], results, repeat, visits_left=1)
+            if self._ended:
+                return None
+            runs = [result for result in results if result.point == point]
+            rates = [result.throughput.output_tokens_per_second for result in runs]
+            met = all(result.slo is not None and result.slo.met for result in runs) if budget else True
+            return Measured(met=met, output_tokens_per_second=sum(rates) / len(rates))
+
+        return search(len(self.points), budget, measure)
+
+    def _report(
+        self,
+        results: list[BenchmarkResult],
+        wall: float,
+        reload_seconds: float,
+        search_outcome: SearchOutcome | None = None,
+    ) -> RunReport:
         complete = self._ready is not None and not self._ended and not any(result.interrupted for result in results)
         stop_reason = None
         if not complete:
@@ -228,11 +273,19 @@ class BenchmarkRunner:
         if self.config.sweep is not None:
             sweep = SweepSummary(
                 fields=[name for name, _ in self.config.sweep.axes()],
-                points=len(self.points),
+                points=len(search_outcome.visited) if search_outcome is not None else len(self.points),
                 engine_loads=self._loads,
                 wall_seconds=wall,
                 timed_seconds=sum(result.duration for result in results),
                 load_seconds=reload_seconds,
+                search=None
+                if search_outcome is None
+                else SearchSummary(
+                    method=SEARCH_METHOD,
+                    candidates=[point["batch_size"] for point in self.points],
+                    visited=[self.points[index]["batch_size"] for index in search_outcome.visited],
+                    best=self.points[search_outcome.best]["batch_size"] if search_outcome.best is not None else None,
+                ),
             )
         budget = bool(self.config.slo)
         recommendation = recommend(results, budget) if budget or len(results) > 1 else None

@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FIELD=V1,V2,...",
-        help="run the whole profile once per value of a backend field, e.g. batch_size=8,16,32,64,128 (also "
+        help="run the whole profile once per value of a backend field, e.g. batch_size=8,16,32,64,128, or "
+        "batch_size=auto[:LOW-HIGH] to search the batch size with the highest throughput within the budget (also "
         "batch_timeout, dispatch: one engine load for all; request_format, vllm_config.NAME: the engine reloads "
         f"between values, load time untimed). Repeat for a second field: a grid (at most {MAX_SWEEP_FIELDS} "
         f"fields). At most {MAX_SWEEP_BENCHMARKS} benchmarks in all: sweep points times the profile's benchmarks "

@@ -475,6 +475,22 @@ ConstraintConfig = Annotated[
 # Backend fields the engine worker applies without touching the loaded engine: sweeping them costs no reload.
 WORKER_FIELDS = ("batch_size", "batch_timeout", "dispatch")
 MAX_SWEEP_FIELDS = 2
+# The largest batch size a search may try: far beyond any engine's max_num_seqs.
+MAX_SEARCH_BATCH_SIZE = 65_536
+_AUTO = re.compile(r"^auto(?::(?P<low>\d+)-(?P<high>\d+))?$")
+
+
+class BatchSizeSearchConfig(ConfigModel):
+    """Bounds of the batch-size search (``--sweep batch_size=auto``, or ``auto:LOW-HIGH``)."""
+
+    min: int = Field(default=1, ge=1, le=MAX_SEARCH_BATCH_SIZE, strict=True, description="Smallest batch size tried.")
+    max: int = Field(default=512, ge=1, le=MAX_SEARCH_BATCH_SIZE, strict=True, description="Largest batch size tried.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BatchSizeSearchConfig:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        return self
 
 
 class SweepConfig(ConfigModel):
@@ -500,6 +516,13 @@ class SweepConfig(ConfigModel):
         default=None,
         description="vLLM EngineArgs by name, each with a list of its values; the engine is reloaded between them.",
     )
+    batch_size_search: BatchSizeSearchConfig | None = Field(
+        default=None,
+        description="Search the batch size instead of listing it (batch_size: auto, or auto:LOW-HIGH): the one with"
+        " the highest output throughput within the budget, by bisection over the budget's boundary among the bounds"
+        " and the powers of two between them, then a climb down while throughput rises. Assumes meeting the budget"
+        " is monotone in the batch size and throughput has one peak.",
+    )
     warmup_requests: int = Field(
         default=0,
         ge=0,
@@ -507,8 +530,32 @@ class SweepConfig(ConfigModel):
         description="Requests run through the engine before each sweep point and left out of every result.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_batch_size(cls, data: Any) -> Any:
+        """batch_size: auto (a bare word or a one-item list, as --sweep gives it) is the search, bounds and all."""
+        if not isinstance(data, dict):
+            return data
+        key = "batch_size" if "batch_size" in data else "batchSize" if "batchSize" in data else None
+        value = data.get(key) if key else None
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if not isinstance(value, str) or not value.startswith("auto"):
+            return data
+        match = _AUTO.match(value)
+        if match is None:
+            raise ValueError(f"batch_size: {value!r} is not auto or auto:LOW-HIGH (e.g. auto:8-256)")
+        if "batch_size_search" in data or "batchSizeSearch" in data:
+            raise ValueError("batch_size: auto and batch_size_search both given; give one")
+        search = {} if match["low"] is None else {"min": int(match["low"]), "max": int(match["high"])}
+        return {**{k: v for k, v in data.items() if k != key}, "batch_size_search": search}
+
     @model_validator(mode="after")
     def _well_formed(self) -> SweepConfig:
+        if self.batch_size_search is not None and self.batch_size is not None:
+            raise ValueError("batch_size and batch_size_search both given; list the sizes or search them")
+        if self.batch_size_search is not None and len(self.axes()) > 1:
+            raise ValueError("batch_size: auto searches the batch size alone; sweep no other field with it")
         axes = self.axes()
         if not axes:
             raise ValueError("name at least one backend field to sweep, e.g. batch_size=[8, 16, 32]")
@@ -540,6 +587,8 @@ class SweepConfig(ConfigModel):
             values = getattr(self, name)
             if values is not None:
                 axes.append((name, list(values)))
+        if self.batch_size_search is not None:
+            axes.append(("batch_size", batch_size_candidates(self.batch_size_search.min, self.batch_size_search.max)))
         return axes
 
     def points(self) -> list[dict[str, Any]]:
@@ -548,6 +597,17 @@ class SweepConfig(ConfigModel):
         for name, values in self.axes():
             combinations = [{**combination, name: value} for combination in combinations for value in values]
         return combinations
+
+
+def batch_size_candidates(low: int, high: int) -> list[int]:
+    """The bounds and the powers of two strictly between them, ascending: what a batch-size search may try."""
+    values = {low, high}
+    power = 1
+    while power < high:
+        if power > low:
+            values.add(power)
+        power *= 2
+    return sorted(values)
 
 
 def _problems(error: ValidationError) -> str:
@@ -721,6 +781,10 @@ class RunConfig(ConfigModel):
             return sweep
         points = sweep.points()
         per_point = profile.sweep_size if isinstance(profile, SweepProfileConfig) else 1
+        if sweep.batch_size_search is not None and per_point > 1:
+            raise ValueError(
+                "batch_size: auto compares one benchmark per batch size; use a profile other than kind=sweep"
+            )
         if len(points) * per_point > MAX_SWEEP_BENCHMARKS:
             sizes = " x ".join(f"{len(values)} {name}" for name, values in sweep.axes())
             in_profile = f" x {per_point} benchmarks of the sweep profile" if per_point > 1 else ""

@@ -270,6 +270,12 @@ def run_notes(report: RunReport) -> list[str]:
             f"sweep of {sweep.points} points over {', '.join(sweep.fields)}: {sweep.wall_seconds:.2f} s in all, "
             f"{sweep.timed_seconds:.2f} s of it timed ({share:.0%}){reloads}"
         )
+    if sweep is not None and sweep.search is not None:
+        found = f"best {sweep.search.best}" if sweep.search.best is not None else "none met the budget"
+        notes.append(
+            f"batch-size search: measured {len(sweep.search.visited)} of {len(sweep.search.candidates)} candidates"
+            f" ({', '.join(map(str, sweep.search.visited))}), {found}; {sweep.search.method}"
+        )
     if report.recommendation is not None:
         notes.append(report.recommendation.statement)
     return notes

@@ -227,6 +227,15 @@ class EngineLoad(ResultModel):
     first_benchmark: int = Field(description="Index of the first benchmark that ran on it.")
 
 
+class SearchSummary(ResultModel):
+    """A batch-size search (--sweep batch_size=auto): what it could try and what it measured."""
+
+    method: str = Field(description="How it chose the points to measure.")
+    candidates: list[int] = Field(description="The batch sizes it could try: the bounds and the powers of two between.")
+    visited: list[int] = Field(description="The batch sizes it measured, in order.")
+    best: int | None = Field(description="The batch size it found best within the budget (null: none met it).")
+
+
 class SweepSummary(ResultModel):
     """A sweep as a whole: its fields, its engine loads, and its time against the sum of its timed phases."""
 
@@ -240,6 +249,7 @@ class SweepSummary(ResultModel):
     )
     timed_seconds: float = Field(description="Sum of the benchmarks' durations.")
     load_seconds: float = Field(description="Sum of the reloads inside the sweep (the first load is outside it).")
+    search: SearchSummary | None = Field(default=None, description="The batch-size search, when batch_size was auto.")
 
 
 class Recommendation(ResultModel):

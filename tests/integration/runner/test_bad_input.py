@@ -125,6 +125,30 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
         ),
         ["--repeats", "10 benchmarks x 30 repeats = 300"],
     ),
+    "batch_size auto with reversed bounds": (
+        lambda t: run_args(extra=["--sweep", "batch_size=auto:9-3"]),
+        ["--sweep", "min (9) is greater than max (3)"],
+    ),
+    "batch_size auto from zero": (
+        lambda t: run_args(extra=["--sweep", "batch_size=auto:0-8"]),
+        ["--sweep", "batch_size_search.min"],
+    ),
+    "batch_size auto beyond the bound": (
+        lambda t: run_args(extra=["--sweep", "batch_size=auto:1-99999999"]),
+        ["--sweep", "batch_size_search.max"],
+    ),
+    "batch_size auto misspelt": (
+        lambda t: run_args(extra=["--sweep", "batch_size=automatic"]),
+        ["--sweep", "'automatic' is not auto or auto:LOW-HIGH"],
+    ),
+    "batch_size auto with a second field": (
+        lambda t: run_args(extra=["--sweep", "batch_size=auto", "--sweep", "dispatch=batch,continuous"]),
+        ["--sweep", "searches the batch size alone"],
+    ),
+    "batch_size auto with the sweep profile": (
+        lambda t: run_args(profile="kind=sweep,sweep_size=3", extra=["--sweep", "batch_size=auto"]),
+        ["--sweep", "use a profile other than kind=sweep"],
+    ),
     "step_time_noise above 1": (
         lambda t: run_args(backend(**{"simulation.step_time_noise": "2"})),
         ["--backend", "step_time_noise"],

@@ -267,3 +267,29 @@ def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.
     header = outputs[1].read_text().splitlines()[0].split(",")
     assert {"repeat", "point", "repeated.output_tokens_per_second.low"} <= set(header)
     assert "repeated:" in outputs[2].read_text()
+
+
+def test_batch_size_auto_finds_the_full_lists_best_in_at_most_half_the_points() -> None:
+    settings: dict[str, Any] = {
+        "requests": 512,
+        "profile": {"kind": "throughput", "max_concurrency": 512},
+        # Decode steps lengthen with the batch (3 us a token on top of 4 ms, scaled by 0.05): the budget on the
+        # time per output token is met up to a batch size in the middle of the range.
+        "slo": {"tpot_p50": 0.00025},
+        "backend": {"simulation": {"time_scale": 0.05}},
+    }
+    full, _ = run({"batch_size": [2**power for power in range(10)]}, **settings)
+    searched, recorder = run({"batch_size": "auto"}, **settings)
+    assert full.recommendation is not None
+    assert searched.recommendation is not None
+    best = full.recommendation.swept["batch_size"]
+    assert 1 < best < 512  # the budget's boundary lies inside the range: the search has work to do
+    assert searched.recommendation.swept["batch_size"] == best
+    assert searched.sweep is not None
+    search = searched.sweep.search
+    assert search is not None
+    assert search.candidates == [2**power for power in range(10)]
+    assert search.best == best
+    assert len(search.visited) <= len(search.candidates) // 2
+    assert [b.batch_size for b in searched.benchmarks] == search.visited
+    assert [event[0] for event in recorder.events].count("loaded") == 1
