@@ -85,6 +85,15 @@ class EngineStatus(SummaryModel):
     load_seconds: float | None = Field(default=None, description="Engine load time, outside every timed phase.")
 
 
+class Interval(SummaryModel):
+    """A figure over repeats: mean and its 95% confidence interval."""
+
+    mean: float = Field(description="Mean over the repeats.")
+    low: float | None = Field(default=None, description="Lower end of the 95% confidence interval.")
+    high: float | None = Field(default=None, description="Upper end of the 95% confidence interval.")
+    repeats: int = Field(description="Repeats it is computed from.")
+
+
 class RunSummary(SummaryModel):
     """What the runner leaves in its termination message: enough to fill the status without the API server."""
 
@@ -104,6 +113,12 @@ class RunSummary(SummaryModel):
         description="Index in the full report of the recommended benchmark (highest output tokens/s within budget).",
     )
     recommendation: str | None = Field(default=None, description="The recommendation, or why there is none.")
+    recommended_output_tokens_per_second: Interval | None = Field(
+        default=None, description="With repeats: the recommended benchmark's output tokens/s over its repeats."
+    )
+    certainty: str | None = Field(
+        default=None, description="With repeats: distinguishable, tied or unknown against the runner-up."
+    )
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:
@@ -162,7 +177,19 @@ def run_summary(report: RunReport) -> RunSummary:
         results=[benchmark_summary(result) for result in report.benchmarks],
         recommended=report.recommendation.benchmark if report.recommendation is not None else None,
         recommendation=report.recommendation.statement if report.recommendation is not None else None,
+        recommended_output_tokens_per_second=_recommended_interval(report),
+        certainty=report.recommendation.certainty if report.recommendation is not None else None,
     )
+
+
+def _recommended_interval(report: RunReport) -> Interval | None:
+    chosen = report.recommendation
+    if chosen is None or chosen.repeated is None or not report.repeated:
+        return None
+    figure = report.repeated[chosen.repeated].output_tokens_per_second
+    mean = _round(figure.mean)
+    assert mean is not None
+    return Interval(mean=mean, low=_round(figure.low), high=_round(figure.high), repeats=figure.count)
 
 
 # What survives as the message must shrink, most useful last: each level keeps fewer figures per benchmark.
@@ -278,7 +305,19 @@ class Headline(SummaryModel):
     batch_size: int | None = Field(
         default=None, description="The micro-batch size it ran with (differs per sweep point)."
     )
-    output_tokens_per_second: float | None = Field(default=None, description="Generated tokens per second.")
+    output_tokens_per_second: float | None = Field(
+        default=None, description="Generated tokens per second (with repeats: the mean over them)."
+    )
+    output_tokens_per_second_low: float | None = Field(
+        default=None, description="With repeats: lower end of the output tokens/s 95% confidence interval."
+    )
+    output_tokens_per_second_high: float | None = Field(
+        default=None, description="With repeats: upper end of the output tokens/s 95% confidence interval."
+    )
+    repeats: int | None = Field(default=None, description="With repeats: how many the figures come from.")
+    certainty: str | None = Field(
+        default=None, description="With repeats: distinguishable, tied or unknown against the runner-up."
+    )
     requests_per_second: float | None = Field(default=None, description="Completed requests per second.")
     latency_p50_seconds: float | None = Field(default=None, description="Median request latency, seconds.")
     latency_p99_seconds: float | None = Field(default=None, description="99th percentile request latency, seconds.")
@@ -296,10 +335,16 @@ def headline(summary: RunSummary) -> Headline | None:
         best = results[recommended]
     else:
         best = max(results, key=lambda result: result.output_tokens_per_second or 0.0)
+    shown = recommended is not None and summary.omitted_benchmarks == 0 and 0 <= recommended < len(results)
+    interval = summary.recommended_output_tokens_per_second if shown else None
     return Headline(
         strategy=best.strategy,
         batch_size=best.batch_size,
-        output_tokens_per_second=best.output_tokens_per_second,
+        output_tokens_per_second=interval.mean if interval is not None else best.output_tokens_per_second,
+        output_tokens_per_second_low=interval.low if interval is not None else None,
+        output_tokens_per_second_high=interval.high if interval is not None else None,
+        repeats=interval.repeats if interval is not None else None,
+        certainty=summary.certainty if interval is not None else None,
         requests_per_second=best.requests_per_second,
         latency_p50_seconds=best.latency_p50_seconds,
         latency_p99_seconds=best.latency_p99_seconds,

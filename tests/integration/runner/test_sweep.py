@@ -14,6 +14,7 @@ from batchmark.runner.config import RunConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.events import RunObserver
 from batchmark.runner.results import RunReport
+from batchmark.runner.summary import headline, run_summary, termination_message
 
 pytestmark = pytest.mark.integration
 
@@ -236,6 +237,16 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
     assert chosen.certainty in ("distinguishable", "tied")
     assert chosen.test == "Welch's t-test"
     assert "95% CI" in chosen.statement
+    # The status's headline: the recommended point's mean and interval over its repeats.
+    assert chosen.repeated is not None
+    figure = report.repeated[chosen.repeated].output_tokens_per_second
+    top = headline(run_summary(report))
+    assert top is not None
+    assert top.repeats == 3
+    assert top.certainty == chosen.certainty
+    assert top.output_tokens_per_second == pytest.approx(figure.mean, rel=1e-5)
+    assert top.output_tokens_per_second_low == pytest.approx(figure.low, rel=1e-5)
+    assert len(termination_message(report).encode()) <= 4096
 
 
 def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
