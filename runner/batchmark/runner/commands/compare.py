@@ -11,6 +11,10 @@ from batchmark.runner.configload import UsageError
 from batchmark.runner.console import print_error, print_plain
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.htmlreport.render import print_comparison, render
+from batchmark.runner.results import Estimate, RepeatedBenchmark, RunReport
+
+# The figures compared beyond their intervals; the latency statistics both runs carry are added.
+_FIGURES = ("output_tokens_per_second", "requests_per_second", "total_tokens_per_second")
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -22,6 +26,8 @@ def compare_command(args: argparse.Namespace) -> int:
             check_html_output(args.output, args.results)
         reports = list(zip(labels(args.results), [load_results(path) for path in args.results], strict=True))
         print_comparison(Console(), reports)
+        for line in noise_lines(reports):
+            print_plain(Console(), line)
         if args.output is not None:
             write_html(args.output, render(reports))
     except UsageError as error:
@@ -30,3 +36,63 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.output is not None:
         print_plain(console, f"wrote {args.output}")
     return 0
+
+
+def differs(first: Estimate, second: Estimate) -> bool | None:
+    """Whether two repeated figures differ beyond their 95% intervals (the intervals do not overlap); None when
+    either has no interval (one repeat)."""
+    if first.low is None or first.high is None or second.low is None or second.high is None:
+        return None
+    return first.high < second.low or second.high < first.low
+
+
+def _key(entry: RepeatedBenchmark) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return entry.strategy, tuple(sorted((name, str(value)) for name, value in entry.swept.items()))
+
+
+def _figures(entry: RepeatedBenchmark) -> dict[str, Estimate]:
+    figures: dict[str, Estimate] = {name: getattr(entry, name) for name in _FIGURES}
+    figures.update(entry.latency)
+    return figures
+
+
+def noise_lines(reports: list[tuple[str, RunReport]]) -> list[str]:
+    """Each run against the first, benchmark by benchmark and figure by figure: "differs" when the 95% intervals
+    over their repeats do not overlap, "within noise" when they do."""
+    (base_label, base), *others = reports
+    lines: list[str] = []
+    for label, report in others:
+        if not base.repeated or not report.repeated:
+            lines.append(
+                f"{label} against {base_label}: no intervals to compare (run both with --repeats 2 or more)"
+            )
+            continue
+        theirs = {_key(entry): entry for entry in report.repeated}
+        for entry in base.repeated:
+            other = theirs.get(_key(entry))
+            if other is None:
+                continue
+            point = ", ".join(f"{name}={value}" for name, value in entry.swept.items())
+            name = f"{entry.strategy} ({point})" if point else entry.strategy
+            mine, their_figures = _figures(entry), _figures(other)
+            for figure in (figure for figure in mine if figure in their_figures):
+                a, b = mine[figure], their_figures[figure]
+                verdict = differs(a, b)
+                change = f"{b.mean / a.mean - 1:+.1%}" if a.mean else "n/a"
+                said = (
+                    "no interval (one repeat)"
+                    if verdict is None
+                    else f"differs ({change}, intervals apart)"
+                    if verdict
+                    else "within noise (intervals overlap)"
+                )
+                lines.append(
+                    f"{label} against {base_label}, {name}, {figure}: {_shown(b)} against {_shown(a)}: {said}"
+                )
+    return lines
+
+
+def _shown(figure: Estimate) -> str:
+    if figure.low is None or figure.high is None:
+        return f"{figure.mean:.4g}"
+    return f"{figure.mean:.4g} [{figure.low:.4g}, {figure.high:.4g}]"
