@@ -107,6 +107,18 @@ def results_registry(name: str, report: RunReport | None, now: float | None = No
         "batchmark_result_recommended", "1 for the recommended benchmark (highest output tokens/s within budget)."
     )
     chosen = report.recommendation.benchmark if report.recommendation is not None else None
+    # With repeats, a benchmark's repeats share one label set: the throughput series carry the mean over them,
+    # the interval and the repeat count come as series of their own, and the recommended mark covers them all.
+    repeated_of = {index: entry for entry in report.repeated or [] for index in entry.benchmarks}
+    if report.repeated:
+        interval = gauge(
+            "batchmark_result_output_tokens_per_second_interval",
+            "With repeats: the 95% confidence interval of the mean output tokens/s (bound: low or high).",
+            ["bound"],
+        )
+        repeats = gauge("batchmark_result_repeats", "With repeats: measurements the mean figures come from.")
+        if chosen is not None and chosen in repeated_of:
+            chosen_group = set(repeated_of[chosen].benchmarks)
     for index, benchmark in enumerate(report.benchmarks):
         label = (
             benchmark.strategy,
@@ -117,6 +129,19 @@ def results_registry(name: str, report: RunReport | None, now: float | None = No
         throughput["output"].labels(*label).set(benchmark.throughput.output_tokens_per_second)
         throughput["prompt"].labels(*label).set(benchmark.throughput.prompt_tokens_per_second)
         throughput["total"].labels(*label).set(benchmark.throughput.total_tokens_per_second)
+        entry = repeated_of.get(index)
+        if entry is not None:
+            throughput["requests"].labels(*label).set(entry.requests_per_second.mean)
+            throughput["output"].labels(*label).set(entry.output_tokens_per_second.mean)
+            throughput["total"].labels(*label).set(entry.total_tokens_per_second.mean)
+            throughput["prompt"].labels(*label).set(
+                entry.total_tokens_per_second.mean - entry.output_tokens_per_second.mean
+            )
+            repeats.labels(*label).set(entry.output_tokens_per_second.count)
+            for bound in ("low", "high"):
+                value = getattr(entry.output_tokens_per_second, bound)
+                if value is not None:
+                    interval.labels(*label, bound).set(value)
         requests.labels(*label, "success").set(benchmark.requests.completed)
         requests.labels(*label, "error").set(benchmark.requests.errored)
         requests.labels(*label, "incomplete").set(benchmark.requests.incomplete)
@@ -130,7 +155,10 @@ def results_registry(name: str, report: RunReport | None, now: float | None = No
         duration.labels(*label).set(benchmark.duration)
         measured.labels(*label).set(benchmark.measured_duration)
         utilization.labels(*label).set(benchmark.engine_utilization)
-        recommended.labels(*label).set(1 if index == chosen else 0)
+        if entry is not None and chosen in repeated_of:
+            recommended.labels(*label).set(1 if index in chosen_group else 0)
+        else:
+            recommended.labels(*label).set(1 if index == chosen else 0)
         if budgeted and benchmark.slo is not None:
             slo_met.labels(*label).set(1 if benchmark.slo.met else 0)
             goodput_requests.labels(*label).set(benchmark.slo.goodput.requests_per_second)

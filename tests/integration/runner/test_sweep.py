@@ -13,6 +13,7 @@ from batchmark.runner.cli import main
 from batchmark.runner.config import RunConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.events import RunObserver
+from batchmark.runner.pushgateway import results_registry
 from batchmark.runner.results import RunReport
 from batchmark.runner.summary import headline, run_summary, termination_message
 
@@ -247,6 +248,20 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
     assert top.output_tokens_per_second == pytest.approx(figure.mean, rel=1e-5)
     assert top.output_tokens_per_second_low == pytest.approx(figure.low, rel=1e-5)
     assert len(termination_message(report).encode()) <= 4096
+    # The push: one label set per point, with the mean, the interval and the recommended mark on all repeats.
+    registry = results_registry("bench", report)
+    sizes = {"2": report.repeated[0], "16": report.repeated[1]}
+    for size, entry in sizes.items():
+        labels = {"strategy": entry.strategy, "batch_size": size, "swept": ""}
+        assert registry.get_sample_value("batchmark_result_output_tokens_per_second", labels) == pytest.approx(
+            entry.output_tokens_per_second.mean
+        )
+        assert registry.get_sample_value("batchmark_result_repeats", labels) == 3
+        interval = "batchmark_result_output_tokens_per_second_interval"
+        low = registry.get_sample_value(interval, {**labels, "bound": "low"})
+        assert low == pytest.approx(entry.output_tokens_per_second.low)
+        chosen_size = str(chosen.swept["batch_size"])
+        assert registry.get_sample_value("batchmark_result_recommended", labels) == (1 if size == chosen_size else 0)
 
 
 def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
