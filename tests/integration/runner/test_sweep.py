@@ -265,7 +265,7 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
 
 
 def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    outputs = [tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.yaml"]
+    outputs = [tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.yaml", tmp_path / "r.html"]
     code = main(
         [
             "run",
@@ -293,6 +293,10 @@ def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.
     header = outputs[1].read_text().splitlines()[0].split(",")
     assert {"repeat", "point", "repeated.output_tokens_per_second.low"} <= set(header)
     assert "repeated:" in outputs[2].read_text()
+    # The HTML report: each point once, at its mean, with its interval as an error bar.
+    page = outputs[3].read_text()
+    assert page.count('<g class="error-bar">') == 4  # two points, throughput and latency
+    assert "(mean, 95% CI)" in page
 
 
 def test_batch_size_auto_finds_the_full_lists_best_in_at_most_half_the_points() -> None:

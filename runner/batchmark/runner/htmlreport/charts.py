@@ -53,6 +53,8 @@ class Series:
     points: list[tuple[float, float]]
     colour: str
     step: bool = False  # a histogram-like series: flat across each x interval
+    # (x, low, high): a 95% confidence interval drawn as an error bar at that x (a series of means over repeats)
+    errors: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -114,6 +116,8 @@ class Chart:
     x_log: bool = False  # positions by log10(x); the ticks are the values themselves
     rules: list[Rule] = field(default_factory=list)
     highlights: list[tuple[float, float, str]] = field(default_factory=list)  # (svg x, svg y, label): marked points
+    # (svg x, svg y of the low end, svg y of the high end, colour, tip): error bars of the series' intervals
+    error_bars: list[tuple[float, float, float, str, str]] = field(default_factory=list)
 
     @property
     def plot(self) -> tuple[int, int, int, int]:
@@ -158,7 +162,11 @@ def line_chart(
     doublings read evenly; ``rules``: horizontal lines the y axis stretches to hold; ``highlights``: (x, y,
     label) points marked with a ring."""
     xs = [x for s in series for x, _ in s.points]
-    ys = [y for s in series for _, y in s.points] + [rule.y for rule in rules]
+    ys = (
+        [y for s in series for _, y in s.points]
+        + [rule.y for rule in rules]
+        + [bound for s in series for _, low, high in s.errors for bound in (low, high)]
+    )
     if not xs:
         return Chart(key, title, Axis(x_label, [0.0, 1.0]), Axis(y_label, [0.0, 1.0]), empty=True)
     # Throughput and counts read against zero; a zoomed-in axis would exaggerate small differences.
@@ -187,6 +195,16 @@ def line_chart(
                 (chart.sx(x), chart.sy(y), f"{s.name}: {format_number(x)}, {format_number(y)}") for x, y in s.points
             ]
         chart.paths.append(Path(" ".join(commands), s.colour, s.name, markers))
+        chart.error_bars += [
+            (
+                chart.sx(x),
+                chart.sy(low),
+                chart.sy(high),
+                s.colour,
+                f"{s.name}: {format_number(x)}, 95% CI {format_number(low)} to {format_number(high)}",
+            )
+            for x, low, high in s.errors
+        ]
     return chart
 
 

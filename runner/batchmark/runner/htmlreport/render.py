@@ -22,7 +22,7 @@ from batchmark.runner.budget import describe_point
 from batchmark.runner.config import parse_slo_name
 from batchmark.runner.console import run_notes
 from batchmark.runner.htmlreport.charts import Chart, Rule, Series, bar_chart, colour, format_number, line_chart
-from batchmark.runner.results import BenchmarkResult, RunReport
+from batchmark.runner.results import BenchmarkResult, RepeatedBenchmark, RunReport
 
 _ENVIRONMENT = jinja2.Environment(
     loader=jinja2.PackageLoader("batchmark.runner.htmlreport", "templates"),
@@ -253,51 +253,56 @@ def sweep_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
         axis: str = found
         axis_names.add(axis)
         prefix = f"{run_label}: " if len(reports) > 1 else ""
-        groups: dict[str, list[tuple[int, BenchmarkResult]]] = {}
-        for index, benchmark in enumerate(report.benchmarks):
-            others = ", ".join(f"{k}={v}" for k, v in benchmark.swept.items() if k != axis)
-            several_strategies = _varies_rate(report)
-            name = " ".join(part for part in (benchmark.strategy if several_strategies else "", others) if part)
-            groups.setdefault(name, []).append((index, benchmark))
-        chosen = report.recommendation.benchmark if report.recommendation is not None else None
-        for name, members in groups.items():
-            members.sort(key=lambda pair: float(pair[1].swept[axis]))
-            label = f"{prefix}{name}" if name else (run_label if len(reports) > 1 else "output tokens/s")
-            throughput.append(
-                Series(
-                    label,
-                    [(float(b.swept[axis]), b.throughput.output_tokens_per_second) for _, b in members],
-                    colour(len(throughput)),
-                )
-            )
-            if any(b.slo is not None for _, b in members):
+        if report.repeated:
+            marks = _repeated_series(report, axis, prefix, run_label, len(reports) > 1, throughput, latency)
+            throughput_marks += marks[0]
+            latency_marks += marks[1]
+        else:
+            groups: dict[str, list[tuple[int, BenchmarkResult]]] = {}
+            for index, benchmark in enumerate(report.benchmarks):
+                others = ", ".join(f"{k}={v}" for k, v in benchmark.swept.items() if k != axis)
+                several_strategies = _varies_rate(report)
+                name = " ".join(part for part in (benchmark.strategy if several_strategies else "", others) if part)
+                groups.setdefault(name, []).append((index, benchmark))
+            chosen = report.recommendation.benchmark if report.recommendation is not None else None
+            for name, members in groups.items():
+                members.sort(key=lambda pair: float(pair[1].swept[axis]))
+                label = f"{prefix}{name}" if name else (run_label if len(reports) > 1 else "output tokens/s")
                 throughput.append(
                     Series(
-                        f"{prefix}{name + ' ' if name else ''}goodput",
-                        [
-                            (float(b.swept[axis]), b.slo.goodput.output_tokens_per_second)
-                            for _, b in members
-                            if b.slo is not None
-                        ],
+                        label,
+                        [(float(b.swept[axis]), b.throughput.output_tokens_per_second) for _, b in members],
                         colour(len(throughput)),
                     )
                 )
-            for quantile in ("median", "p99"):
-                points = [
-                    (float(b.swept[axis]), value)
-                    for _, b in members
-                    if (value := getattr(b.distributions.request_latency, quantile)) is not None
-                ]
-                latency.append(
-                    Series(f"{prefix}{name + ' ' if name else ''}latency {quantile}", points, colour(len(latency)))
-                )
-            for index, benchmark in members:
-                if index == chosen:
-                    x = float(benchmark.swept[axis])
-                    throughput_marks.append((x, benchmark.throughput.output_tokens_per_second, "recommended"))
-                    p99 = benchmark.distributions.request_latency.p99
-                    if p99 is not None:
-                        latency_marks.append((x, p99, "recommended"))
+                if any(b.slo is not None for _, b in members):
+                    throughput.append(
+                        Series(
+                            f"{prefix}{name + ' ' if name else ''}goodput",
+                            [
+                                (float(b.swept[axis]), b.slo.goodput.output_tokens_per_second)
+                                for _, b in members
+                                if b.slo is not None
+                            ],
+                            colour(len(throughput)),
+                        )
+                    )
+                for quantile in ("median", "p99"):
+                    points = [
+                        (float(b.swept[axis]), value)
+                        for _, b in members
+                        if (value := getattr(b.distributions.request_latency, quantile)) is not None
+                    ]
+                    latency.append(
+                        Series(f"{prefix}{name + ' ' if name else ''}latency {quantile}", points, colour(len(latency)))
+                    )
+                for index, benchmark in members:
+                    if index == chosen:
+                        x = float(benchmark.swept[axis])
+                        throughput_marks.append((x, benchmark.throughput.output_tokens_per_second, "recommended"))
+                        p99 = benchmark.distributions.request_latency.p99
+                        if p99 is not None:
+                            latency_marks.append((x, p99, "recommended"))
         by_target: dict[float, list[str]] = {}
         for name, target in report.config.get("slo", {}).items():
             parse_slo_name(name)  # a results file's budget was validated when it ran; this keeps it honest
@@ -330,6 +335,70 @@ def sweep_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
             highlights=latency_marks,
         ),
     ]
+
+
+def _repeated_series(
+    report: RunReport,
+    axis: str,
+    prefix: str,
+    run_label: str,
+    several_runs: bool,
+    throughput: list[Series],
+    latency: list[Series],
+) -> tuple[list[tuple[float, float, str]], list[tuple[float, float, str]]]:
+    """A run with repeats: each point once, at the mean over its repeats, with its 95% interval as an error bar.
+    Returns the recommended point's marks (throughput, latency)."""
+    groups: dict[str, list[RepeatedBenchmark]] = {}
+    for entry in report.repeated or []:
+        if axis not in entry.swept:
+            continue
+        name = ", ".join(f"{k}={v}" for k, v in entry.swept.items() if k != axis)
+        groups.setdefault(name, []).append(entry)
+    chosen = report.recommendation.repeated if report.recommendation is not None else None
+    chosen_entry = report.repeated[chosen] if chosen is not None and report.repeated else None
+    throughput_marks: list[tuple[float, float, str]] = []
+    latency_marks: list[tuple[float, float, str]] = []
+    for name, members in groups.items():
+        members.sort(key=lambda entry: float(entry.swept[axis]))
+        label = f"{prefix}{name}" if name else (run_label if several_runs else "output tokens/s")
+        figures = [(float(entry.swept[axis]), entry.output_tokens_per_second) for entry in members]
+        throughput.append(
+            Series(
+                f"{label} (mean, 95% CI)",
+                [(x, figure.mean) for x, figure in figures],
+                colour(len(throughput)),
+                errors=[
+                    (x, figure.low, figure.high)
+                    for x, figure in figures
+                    if figure.low is not None and figure.high is not None
+                ],
+            )
+        )
+        latency_figures = [
+            (float(entry.swept[axis]), figure)
+            for entry in members
+            if (figure := next(iter(entry.latency.values()), None))
+        ]
+        statistic = next(iter(members[0].latency), "latency")
+        latency.append(
+            Series(
+                f"{prefix}{name + ' ' if name else ''}{statistic} (mean, 95% CI)",
+                [(x, figure.mean) for x, figure in latency_figures],
+                colour(len(latency)),
+                errors=[
+                    (x, figure.low, figure.high)
+                    for x, figure in latency_figures
+                    if figure.low is not None and figure.high is not None
+                ],
+            )
+        )
+        if chosen_entry is not None and any(entry is chosen_entry for entry in members):
+            x = float(chosen_entry.swept[axis])
+            throughput_marks.append((x, chosen_entry.output_tokens_per_second.mean, "recommended"))
+            first_latency = next(iter(chosen_entry.latency.values()), None)
+            if first_latency is not None:
+                latency_marks.append((x, first_latency.mean, "recommended"))
+    return throughput_marks, latency_marks
 
 
 def sweep_rows(reports: Sequence[tuple[str, RunReport]]) -> list[dict[str, str]]:
