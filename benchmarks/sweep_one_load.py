@@ -186,6 +186,52 @@ def order_rounds(model: Path, workdir: Path, rounds: int) -> str:
     return "\n".join(lines)
 
 
+def repeats_against_separate(model: Path, workdir: Path, repeats: int) -> str:
+    """One sweep with --repeats against repeats x 5 separate runs (round-robin over the batch sizes): wall times,
+    and the sweep's intervals."""
+    sizes = ",".join(str(size) for size in BATCH_SIZES)
+    name = f"sweep-repeats-{repeats}"
+    run_config = config(model, BATCH_SIZES[0], workdir / f"{name}.json")
+    load_before = os.getloadavg()[0]
+    swept = batchmark(run_config, ["--sweep", f"batch_size={sizes}", "--repeats", str(repeats)], workdir, name)
+    report = json.loads((workdir / f"{name}.json").read_text())
+    separate_walls = []
+    for round_index in range(repeats):
+        for size in BATCH_SIZES:
+            run = batchmark(
+                config(model, size, workdir / f"alone-{round_index}-{size}.json"),
+                [],
+                workdir,
+                f"alone-{round_index}-{size}",
+            )
+            separate_walls.append(run["wall_seconds"])
+    lines = [
+        f"sweep of {len(BATCH_SIZES)} points x {repeats} repeats in one load: engine load"
+        f" {report['sweep']['engine_loads'][0]['load_seconds']:.1f} s, timed {report['sweep']['timed_seconds']:.1f}"
+        f" s, wall {swept['wall_seconds']:.1f} s; {len(separate_walls)} separate runs:"
+        f" {sum(separate_walls):.1f} s of wall time in all;"
+        f" load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}",
+        "",
+        "| batch | output tokens/s per repeat | mean | 95% CI | spread | request latency p99 mean [95% CI], s |",
+        "|---:|---|---:|---|---:|---|",
+    ]
+    for entry in report["repeated"]:
+        figure = entry["output_tokens_per_second"]
+        latency = entry["latency"]["request_latency_p99"]
+        values = " / ".join(
+            f"{report['benchmarks'][index]['throughput']['output_tokens_per_second']:,.0f}"
+            for index in entry["benchmarks"]
+        )
+        interval = f"{figure['low']:,.0f} to {figure['high']:,.0f}"
+        latency_text = f"{latency['mean']:.3g} [{latency['low']:.3g}, {latency['high']:.3g}]"
+        lines.append(
+            f"| {entry['batch_size']} | {values} | {figure['mean']:,.0f} | {interval}"
+            f" | {figure['relative_spread']:.1%} | {latency_text} |"
+        )
+    lines += ["", report["recommendation"]["statement"]]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2, help="rounds, alternating the order (default 2)")
@@ -197,14 +243,23 @@ def main() -> None:
         help="instead: only sweeps, forward and in reverse (128 first), to tell a point's position in the sweep"
         " from its batch size",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="instead: one sweep with --repeats N in one engine load against N x 5 separate runs",
+    )
+    parser.add_argument("--model", type=Path, help="a local model folder instead of the benchmarks' tiny Llama")
     args = parser.parse_args()
-    model = ensure_model()
+    model = args.model or ensure_model()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="sweep-one-load-") as scratch:
         workdir = args.keep or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
         if args.orders:
             print(order_rounds(model, workdir, args.rounds))
+            return
+        if args.repeats:
+            print(repeats_against_separate(model, workdir, args.repeats))
             return
         for index in range(args.rounds):
             entry = one_round(model, workdir, index)
