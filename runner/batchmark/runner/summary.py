@@ -59,6 +59,7 @@ class BenchmarkSummary(SummaryModel):
         default=None, description="Values of the swept backend fields this benchmark ran with (a sweep only)."
     )
     batch_size: int | None = Field(default=None, description="The backend's batch_size for this benchmark.")
+    repeat: int | None = Field(default=None, description="With repeats: which repeat of its point this is, from 0.")
     slo_met: bool | None = Field(default=None, description="Whether it met every target of the latency budget.")
     goodput_requests_per_second: float | None = Field(
         default=None, description="Requests per second that met every per-request target of the budget."
@@ -136,7 +137,7 @@ def engine_status(engine: EngineSummary) -> EngineStatus:
     )
 
 
-def benchmark_summary(result: BenchmarkResult) -> BenchmarkSummary:
+def benchmark_summary(result: BenchmarkResult, repeated: bool = False) -> BenchmarkSummary:
     distributions = result.distributions
     return BenchmarkSummary(
         strategy=result.strategy,
@@ -160,6 +161,7 @@ def benchmark_summary(result: BenchmarkResult) -> BenchmarkSummary:
         engine_utilization=_round(result.engine_utilization),
         swept=dict(result.swept) or None,
         batch_size=result.batch_size,
+        repeat=result.repeat if repeated else None,
         slo_met=result.slo.met if result.slo is not None else None,
         goodput_requests_per_second=_round(result.slo.goodput.requests_per_second) if result.slo else None,
         goodput_output_tokens_per_second=_round(result.slo.goodput.output_tokens_per_second) if result.slo else None,
@@ -174,7 +176,7 @@ def run_summary(report: RunReport) -> RunSummary:
         complete=report.complete,
         stop_reason=report.stop_reason[:STOP_REASON_LIMIT] if report.stop_reason is not None else None,
         engine=engine_status(report.engine),
-        results=[benchmark_summary(result) for result in report.benchmarks],
+        results=[benchmark_summary(result, report.repeats > 1) for result in report.benchmarks],
         recommended=report.recommendation.benchmark if report.recommendation is not None else None,
         recommendation=report.recommendation.statement if report.recommendation is not None else None,
         recommended_output_tokens_per_second=_recommended_interval(report),
@@ -208,13 +210,22 @@ _DEGRADED_FIELDS: tuple[frozenset[str], ...] = (
             "ttft_p99_seconds",
             "engine_utilization",
             "swept",
+            "repeat",
             "slo_met",
             "goodput_output_tokens_per_second",
             "cost_per_million_output_tokens",
         }
     ),
     frozenset(
-        {"strategy", "swept", "slo_met", "requests_per_second", "output_tokens_per_second", "latency_p50_seconds"}
+        {
+            "strategy",
+            "swept",
+            "repeat",
+            "slo_met",
+            "requests_per_second",
+            "output_tokens_per_second",
+            "latency_p50_seconds",
+        }
     ),
     frozenset({"strategy", "swept", "output_tokens_per_second"}),
 )

@@ -248,6 +248,7 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
     assert top.output_tokens_per_second == pytest.approx(figure.mean, rel=1e-5)
     assert top.output_tokens_per_second_low == pytest.approx(figure.low, rel=1e-5)
     assert len(termination_message(report).encode()) <= 4096
+    assert [entry.repeat for entry in run_summary(report).results] == [0, 0, 1, 1, 2, 2]
     # The push: one label set per point, with the mean, the interval and the recommended mark on all repeats.
     registry = results_registry("bench", report)
     sizes = {"2": report.repeated[0], "16": report.repeated[1]}
