@@ -249,8 +249,12 @@ def main() -> None:
         help="instead: one sweep with --repeats N in one engine load against N x 5 separate runs",
     )
     parser.add_argument("--model", type=Path, help="a local model folder instead of the benchmarks' tiny Llama")
+    parser.add_argument("--requests", type=int, help=f"requests per benchmark (default {REQUESTS})")
     args = parser.parse_args()
     model = args.model or ensure_model()
+    if args.requests is not None:
+        global REQUESTS  # noqa: PLW0603 - a script's one setting, read by config()
+        REQUESTS = args.requests
     rounds = []
     with tempfile.TemporaryDirectory(prefix="sweep-one-load-") as scratch:
         workdir = args.keep or Path(scratch)
