@@ -233,6 +233,7 @@ def repeats_against_separate(model: Path, workdir: Path, repeats: int) -> str:
 
 
 def main() -> None:
+    global REQUESTS  # noqa: PLW0603 - a script's one setting, read by config()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2, help="rounds, alternating the order (default 2)")
     parser.add_argument("--json", type=Path, help="write every round's raw figures here")
@@ -253,7 +254,6 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model or ensure_model()
     if args.requests is not None:
-        global REQUESTS  # noqa: PLW0603 - a script's one setting, read by config()
         REQUESTS = args.requests
     rounds = []
     with tempfile.TemporaryDirectory(prefix="sweep-one-load-") as scratch:
