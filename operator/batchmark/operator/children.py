@@ -26,7 +26,11 @@ RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
-RUNNER_UID = 1000
+# The user and group of the runner image's user (the Dockerfile's BATCHMARK_UID/BATCHMARK_GID build arguments,
+# and the chart's operator Deployment; tests/unit/test_runner_identity.py checks that the three agree). fsGroup
+# makes the pod's volumes writable by that group.
+RUNNER_UID = 10001
+RUNNER_GID = 10001
 
 # The identity the runner's status writer reads (batchmark.runner.statuswriter), set on every benchmark pod.
 ENV_NAMESPACE = "BATCHMARK_RESOURCE_NAMESPACE"
@@ -230,8 +234,8 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUNNER_UID,
-            "runAsGroup": RUNNER_UID,
-            "fsGroup": RUNNER_UID,
+            "runAsGroup": RUNNER_GID,
+            "fsGroup": RUNNER_GID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],

@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from batchmark.operator.children import RUNNER_GID, RUNNER_UID
+
 pytestmark = [pytest.mark.integration, pytest.mark.images]
 
 ROOT = Path(__file__).resolve().parents[3]
-USER_ID = "10001"
+USER_ID = str(RUNNER_UID)
+# An arbitrary UID with GID 0, as OpenShift's restricted policy runs a container: it has no passwd entry.
+ARBITRARY_USER = "1000640000:0"
 RUN_FLAGS = (
     "--rm",
     "--runtime",
@@ -86,8 +90,15 @@ def images() -> Images:
     return Images(operator=build("operator", base, wheelhouse), runner=build("runner", base, wheelhouse))
 
 
-def run(image: str, *arguments: str, entrypoint: str | None = None, read_only: bool = False) -> str:
-    flags = [*RUN_FLAGS, *(["--entrypoint", entrypoint] if entrypoint else []), *(["--read-only"] if read_only else [])]
+def run(
+    image: str, *arguments: str, entrypoint: str | None = None, read_only: bool = False, user: str | None = None
+) -> str:
+    flags = [
+        *RUN_FLAGS,
+        *(["--entrypoint", entrypoint] if entrypoint else []),
+        *(["--read-only"] if read_only else []),
+        *(["--user", user] if user else []),
+    ]
     result = podman("run", *flags, image, *arguments, timeout=300)
     assert result.returncode == 0, f"{arguments}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
     return result.stdout
@@ -105,7 +116,7 @@ def test_images_run_as_a_non_root_user_with_oci_labels(images: Images, target: s
     image = getattr(images, target)
     config = inspect(image)["Config"]
     assert isinstance(config, dict)
-    assert config["User"] == USER_ID
+    assert config["User"] == f"{RUNNER_UID}:{RUNNER_GID}"
     assert config["Entrypoint"] == ["batchmark"]
     labels = config["Labels"]
     assert labels["org.opencontainers.image.title"] == f"batchmark-{target}"
@@ -113,6 +124,7 @@ def test_images_run_as_a_non_root_user_with_oci_labels(images: Images, target: s
     assert labels["org.opencontainers.image.version"]
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     assert run(image, "-u", entrypoint="id").strip() == USER_ID
+    assert run(image, "-g", entrypoint="id").strip() == str(RUNNER_GID)
 
 
 def test_the_operator_image_has_the_operator_extra_and_no_engine(images: Images) -> None:
@@ -148,3 +160,26 @@ def test_the_runner_image_runs_a_simulated_benchmark_as_its_user(images: Images)
     (benchmark,) = report["benchmarks"]
     assert benchmark["requests"]["completed"] == 40
     assert report["engine"]["simulated"] is True
+
+
+# Every place vLLM, PyTorch, Triton and Hugging Face cache to, by the variables the image sets.
+CACHE_VARIABLES = (
+    "HOME",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",
+    "VLLM_CONFIG_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+)
+
+
+@pytest.mark.parametrize("user", [None, ARBITRARY_USER], ids=["image-user", "arbitrary-uid-gid-0"])
+def test_the_runner_writes_its_home_and_caches(images: Images, user: str | None) -> None:
+    # Writes a file in each cache folder (made if absent, as the libraries do) and in the working directory.
+    writes = " && ".join(f'mkdir -p "${variable}" && touch "${variable}/written"' for variable in CACHE_VARIABLES)
+    script = f"set -e; {writes}; touch ./written; python3 -c 'import getpass; print(getpass.getuser())'; id -u"
+    name, uid = run(images.runner, "-c", script, entrypoint="sh", user=user).split()
+    assert uid == (user or USER_ID).split(":")[0]
+    assert name == "batchmark"  # PyTorch names its caches after the user, which an arbitrary UID lacks
