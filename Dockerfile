@@ -83,11 +83,13 @@ LABEL org.opencontainers.image.title="batchmark-runner" \
 COPY docker/runner-constraints.txt /tmp/constraints.txt
 COPY --from=wheel /wheels/ /tmp/wheels/
 # A venv that sees the base image's packages: vLLM and its dependencies stay exactly as vLLM's image pinned
-# them, and the constraints pin what batchmark adds beyond them.
+# them, and the constraints pin what batchmark adds beyond them, with the `cluster` extra (the API client the
+# runner writes a BatchBenchmark's status with).
 # The home and the caches in it belong to the user and to group 0, group-writable (setgid folders keep new files
 # in group 0): the image's user writes them, and so does any UID that runs with GID 0.
 RUN python3 -m venv --system-site-packages /opt/batchmark \
-    && /opt/batchmark/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt /tmp/wheels/batchmark-*.whl \
+    && for wheel in /tmp/wheels/batchmark-*.whl; do \
+        /opt/batchmark/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt "${wheel}[cluster]"; done \
     && rm -rf /tmp/wheels /tmp/constraints.txt \
     && groupadd --gid "${BATCHMARK_GID}" batchmark \
     && useradd --uid "${BATCHMARK_UID}" --gid "${BATCHMARK_GID}" --no-create-home --home-dir /home/batchmark \
