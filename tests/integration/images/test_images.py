@@ -2,26 +2,23 @@
 
 scripts/setup/images.sh (run by scripts/test) makes the inputs: a Debian bookworm base image built locally with
 mmdebstrap, standing in for both python:3.11-slim and vLLM's image, and a wheelhouse of every pinned package,
-which the build reads with PIP_NO_INDEX. podman builds with `--isolation chroot` and runs with runc and low
-ulimits (what works in this sandbox; see shared/CONTAINERS_HERE.md). Layers stay in podman's store, so a run
-after an unchanged tree reuses them.
+which the build reads with PIP_NO_INDEX (tests/cluster/images.py builds them). podman builds with
+`--isolation chroot` and runs with runc and low ulimits (setrlimit is refused otherwise on this kind of
+machine). Layers stay in podman's store, so a run after an unchanged tree reuses them.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from batchmark.operator.children import RUNNER_GID, RUNNER_UID
+from tests.cluster import images as project_images
 
 pytestmark = [pytest.mark.integration, pytest.mark.images]
 
-ROOT = Path(__file__).resolve().parents[3]
 USER_ID = str(RUNNER_UID)
 # An arbitrary UID with GID 0, as OpenShift's restricted policy runs a container: it has no passwd entry.
 ARBITRARY_USER = "1000640000:0"
@@ -44,50 +41,12 @@ class Images:
     runner: str
 
 
-def podman(*arguments: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["podman", *arguments], capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT
-    )
-
-
-def build(target: str, base: str, wheelhouse: str) -> str:
-    tag = f"localhost/batchmark-{target}:test"
-    built = podman(
-        "build",
-        "--isolation",
-        "chroot",
-        "--target",
-        target,
-        "--tag",
-        tag,
-        "--volume",
-        f"{wheelhouse}:/wheelhouse:ro",
-        "--build-arg",
-        "PIP_NO_INDEX=1",
-        "--build-arg",
-        "PIP_FIND_LINKS=/wheelhouse",
-        "--build-arg",
-        f"PYTHON_IMAGE={base}",
-        "--build-arg",
-        f"VLLM_IMAGE={base}",
-        "--build-arg",
-        "REVISION=test",
-        ".",
-    )
-    assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
-    return tag
-
-
 @pytest.fixture(scope="module")
 def images() -> Images:
-    if shutil.which("podman") is None:
-        pytest.fail("podman is not installed: run scripts/setup/images.sh (scripts/test does)")
-    located = subprocess.run(
-        [str(ROOT / "scripts/setup/images.sh"), "--locate"], capture_output=True, text=True, check=False
-    )
-    assert located.returncode == 0, located.stderr
-    base, wheelhouse = located.stdout.split()
-    return Images(operator=build("operator", base, wheelhouse), runner=build("runner", base, wheelhouse))
+    try:
+        return Images(operator=project_images.build("operator"), runner=project_images.build("runner"))
+    except project_images.ImageBuildError as error:
+        pytest.fail(str(error))
 
 
 def run(
@@ -99,13 +58,13 @@ def run(
         *(["--read-only"] if read_only else []),
         *(["--user", user] if user else []),
     ]
-    result = podman("run", *flags, image, *arguments, timeout=300)
+    result = project_images.podman("run", *flags, image, *arguments, timeout=300)
     assert result.returncode == 0, f"{arguments}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
     return result.stdout
 
 
 def inspect(image: str) -> dict[str, object]:
-    result = podman("image", "inspect", image)
+    result = project_images.podman("image", "inspect", image)
     assert result.returncode == 0, result.stderr
     found: dict[str, object] = json.loads(result.stdout)[0]
     return found
