@@ -47,6 +47,8 @@ def build(target: str) -> str:
     tag = TAGS[target]
     built = podman(
         "build",
+        "--file",
+        "docker/Dockerfile",
         "--isolation",
         "chroot",
         "--target",

@@ -18,27 +18,26 @@ from batchmark.operator.api import (
     BatchBenchmarkSpec,
 )
 from batchmark.runner.config import RunConfig
+from batchmark.runner.contract import (
+    CONFIG_DIRECTORY,
+    CONFIG_KEY,
+    CONFIG_PATH,
+    ENV_NAME,
+    ENV_NAMESPACE,
+    ENV_POD,
+    ENV_RESULTS,
+    ENV_TERMINATION,
+    ENV_UID,
+    RUNNER_GID,
+    RUNNER_UID,
+    TERMINATION_MESSAGE_PATH,
+)
 
-CONFIG_PATH = "/etc/batchmark/config.yaml"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 SHM_PATH = "/dev/shm"
 RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
-# The user and group of the runner image's user (the Dockerfile's BATCHMARK_UID/BATCHMARK_GID build arguments,
-# and the chart's operator Deployment; tests/unit/test_runner_identity.py checks that the three agree). fsGroup
-# makes the pod's volumes writable by that group.
-RUNNER_UID = 10001
-RUNNER_GID = 10001
-
-# The identity the runner's status writer reads (batchmark.runner.statuswriter), set on every benchmark pod.
-ENV_NAMESPACE = "BATCHMARK_RESOURCE_NAMESPACE"
-ENV_NAME = "BATCHMARK_RESOURCE_NAME"
-ENV_UID = "BATCHMARK_RESOURCE_UID"
-ENV_RESULTS = "BATCHMARK_RESULTS_CONFIGMAP"
-ENV_POD = "BATCHMARK_POD_NAME"
-ENV_TERMINATION = "BATCHMARK_TERMINATION_MESSAGE_PATH"
 
 
 def labels(name: str) -> dict[str, str]:
@@ -95,7 +94,7 @@ def config_map(owner: Owner, config: RunConfig) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": owner.metadata(owner.config_map),
-        "data": {"config.yaml": text},
+        "data": {CONFIG_KEY: text},
     }
 
 
@@ -180,7 +179,7 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         {"name": ENV_TERMINATION, "value": TERMINATION_MESSAGE_PATH},
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": "/etc/batchmark", "readOnly": True},
+        {"name": "config", "mountPath": CONFIG_DIRECTORY, "readOnly": True},
         {"name": "dshm", "mountPath": SHM_PATH},
     ]
     volumes: list[dict[str, Any]] = [

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from batchmark.operator.children import RUNNER_CONTAINER, RUNNER_GID, RUNNER_UID
+from batchmark.operator.children import RUNNER_CONTAINER
+from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 from batchmark.runner.statuswriter import read_report_config_map
 from tests.cluster import images
 from tests.cluster.controlplane import GPU_TOLERATION, locate_runtime_binaries

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from batchmark.operator.children import RUNNER_GID, RUNNER_UID
+from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 from tests.cluster import images as project_images
 
 pytestmark = [pytest.mark.integration, pytest.mark.images]

@@ -2,7 +2,7 @@
 # One-time set-up for the local control plane: etcd from Debian's etcd-server package, runc and iptables (the
 # `containers` runtime's: containerd runs containers with runc, and the API server's address for pods is a
 # DNAT rule), the certificates Kueue's metrics and visibility servers read from fixed paths, then the
-# Kubernetes binaries, the kubelet, containerd, the CNI plugins, helm and Kueue (see ./build).
+# Kubernetes binaries, the kubelet, containerd, the CNI plugins, helm and Kueue (see cluster-binaries.sh).
 # Safe to run again: what is there already is kept.
 set -euo pipefail
 
@@ -72,4 +72,4 @@ if [[ ! -f "$kueue_visibility_certs/tls.crt" || ! -f "$kueue_visibility_certs/tl
     $sudo chmod 0644 "$kueue_visibility_certs/tls.key" "$kueue_visibility_certs/tls.crt"
 fi
 
-"$here/build"
+"$here/cluster-binaries.sh"
