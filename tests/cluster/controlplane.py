@@ -579,11 +579,12 @@ class ControlPlane:
         """A containerd and a kubelet per node; each node, once its kubelet registered it, gets the fake GPUs'
         capacity (a node status patch, as Kubernetes documents for extended resources), and its taints (the
         not-ready one, which the node lifecycle controller lifts, is off here)."""
-        from tests.cluster.kubelets import KubeletNode
+        from tests.cluster.kubelets import KubeletNode, start_cluster_dns
 
         assert self._network is not None
         binaries = locate_runtime_binaries()
         self._network.route_api_server(binaries.iptables, apiserver_port)
+        start_cluster_dns(self._network, self.layout.log_directory, self.layout.pid_directory)
         for index, name in enumerate(self.node_names):
             gpus = self.gpus_per_node if name in self.gpu_node_names else 0
             manifest = node_manifest(name, gpus, self.gpu_product)

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ CGROUP_PARENT = "batchmark"
 NODE_RANGE_START = 10
 NODE_RANGE_SIZE = 40
 CONTAINERD_NAMESPACE = "k8s.io"  # the one containerd's CRI plugin uses
+CLUSTER_DOMAIN = "cluster.local"
 
 
 class ContainersRuntimeError(RuntimeError):
@@ -171,6 +173,21 @@ class PodNetwork:
                 _run([iptables, "-t", "nat", "-D", *self._dnat_rule(port)], check=False)
         _run(["ip", "link", "delete", self.bridge, "type", "bridge"], check=False)
         record.unlink(missing_ok=True)
+
+
+def start_cluster_dns(network: PodNetwork, log_directory: Path, pid_directory: Path) -> None:
+    """The cluster DNS on the bridge's gateway address, answering the `kubernetes` Service's names."""
+    names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", f"kubernetes.default.svc.{CLUSTER_DOMAIN}"]
+    command = [sys.executable, "-m", "tests.cluster.clusterdns", "--address", network.gateway]
+    for name in names:
+        command += ["--record", f"{name}={network.api_address}"]
+    processes.start_detached(
+        "cluster-dns",
+        command,
+        log_directory / "cluster-dns.log",
+        pid_directory,
+        working_directory=Path(__file__).resolve().parents[2],
+    )
 
 
 def _bridge_exists(name: str) -> bool:
@@ -408,6 +425,9 @@ state = "{state}"
             "failSwapOn": False,
             "protectKernelDefaults": False,
             "resolvConf": "/etc/resolv.conf",
+            # The cluster DNS (clusterdns.py) on the host's bridge address: the `kubernetes` Service's names.
+            "clusterDNS": [self.network.gateway],
+            "clusterDomain": CLUSTER_DOMAIN,
             # The nodes share one disk with everything else on this machine: evict only when it is truly full,
             # and never collect images, which no registry could bring back.
             "evictionHard": {

@@ -33,6 +33,8 @@ from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
+CHART = Path(__file__).resolve().parents[3] / "charts" / "batchmark"
+
 # Every place the image's user writes: home, working directory, and the caches of vLLM, PyTorch, Triton and
 # Hugging Face, by the variables the image sets (a cache folder is made when absent, as the libraries do).
 WRITES = (
@@ -98,6 +100,62 @@ def ids(pid: int) -> tuple[list[int], list[int]]:
     """The process' real, effective, saved and file-system UIDs, and GIDs."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     return [int(value) for value in fields["Uid"].split()], [int(value) for value in fields["Gid"].split()]
+
+
+# First in this module: the module's `operator` (a process, watching every namespace) must not run beside it.
+def test_the_operator_runs_from_its_image_installed_by_helm(
+    container_cluster: KubeCluster, container_namespace: str
+) -> None:
+    cluster, namespace = container_cluster, container_namespace
+    cluster.load_images([images.saved_archive(images.build("operator"))])
+    repository, tag = images.TAGS["operator"].rsplit(":", 1)
+    runner_repository, runner_tag = images.TAGS["runner"].rsplit(":", 1)
+    installed = cluster.helm(
+        "install", "batchmark", str(CHART), "--namespace", namespace, "--wait", "--timeout", "3m",
+        "--set", f"operator.image.repository={repository}", "--set", f"operator.image.tag={tag}",
+        "--set", f"benchmarkDefaults.image.repository={runner_repository}",
+        "--set", f"benchmarkDefaults.image.tag={runner_tag}",
+        check=False,
+    )  # fmt: skip
+    try:
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        selector = "app.kubernetes.io/component=operator"
+        (pod,) = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)[
+            "items"
+        ]
+        assert pod["spec"]["nodeName"] == "cpu-node-0"
+        # `batchmark operator` runs in a container of the operator image, as the image's user.
+        pid = wait_for("the operator's process", lambda: container_process(pod["metadata"]["uid"], "operator"), 30)
+        root = Path(f"/proc/{pid}/root")
+        assert os.stat(root).st_ino != os.stat("/").st_ino or os.stat(root).st_dev != os.stat("/").st_dev
+        assert (root / "opt" / "batchmark" / "bin" / "batchmark").exists()
+        assert ids(pid) == ([RUNNER_UID] * 4, [RUNNER_GID] * 4)
+
+        # It runs a benchmark, reaching the API server from its pod as in-cluster clients do.
+        manifest = example("simulated-throughput.yaml", name="by-the-chart")
+        del manifest["spec"]["metrics"]
+        manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 60}]
+        applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+        assert applied.returncode == 0, applied.stderr
+        try:
+            status = wait_for_phase(cluster, namespace, "by-the-chart", {"Succeeded", "Failed"}, 180)["status"]
+        except AssertionError:
+            logs = cluster.kubectl("logs", "-n", namespace, "-l", selector, "--tail", "40", check=False)
+            raise AssertionError(f"the chart's operator:\n{logs.stdout}{logs.stderr}") from None
+        assert status["phase"] == "Succeeded", status
+        job = json.loads(cluster.kubectl("get", "job", "by-the-chart", "-n", namespace, "-o", "json").stdout)
+        assert job["spec"]["template"]["spec"]["containers"][0]["image"] == images.TAGS["runner"]
+    finally:
+        cluster.helm("uninstall", "batchmark", "--namespace", namespace, "--wait", check=False)
+        wait_for(
+            "the chart's operator to be gone",
+            lambda: (
+                not CoreV1Api(cluster.api_client())
+                .list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=operator")
+                .items
+            ),
+            120,
+        )
 
 
 def test_the_operators_job_runs_the_benchmark_in_the_runner_image_as_its_user(
