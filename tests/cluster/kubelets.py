@@ -154,9 +154,27 @@ class PodNetwork:
             f"{self.api_address}:{apiserver_port}",
         ]
 
+    def _isolation_rule(self) -> list[str]:
+        return [
+            "FORWARD",
+            "-i",
+            self.bridge,
+            "!",
+            "-o",
+            self.bridge,
+            "-m",
+            "comment",
+            "--comment",
+            f"batchmark {self.bridge}: nothing from pods leaves this machine",
+            "-j",
+            "DROP",
+        ]
+
     def route_api_server(self, iptables: Path, apiserver_port: int) -> None:
-        """Send what pods address to the `kubernetes` Service (port 443) to the API server's port."""
+        """Send what pods address to the `kubernetes` Service (port 443) to the API server's port, and drop
+        whatever pods send to be forwarded elsewhere (the CNI bridge plugin turns IP forwarding on)."""
         _run([iptables, "-t", "nat", "-A", *self._dnat_rule(apiserver_port)])
+        _run([iptables, "-I", *self._isolation_rule()])
         record = self._record_path()
         data = json.loads(record.read_text())
         record.write_text(json.dumps({**data, "apiserver_port": apiserver_port}))
@@ -171,6 +189,7 @@ class PodNetwork:
             port = json.loads(record.read_text()).get("apiserver_port")
             if port is not None:
                 _run([iptables, "-t", "nat", "-D", *self._dnat_rule(port)], check=False)
+                _run([iptables, "-D", *self._isolation_rule()], check=False)
         _run(["ip", "link", "delete", self.bridge, "type", "bridge"], check=False)
         record.unlink(missing_ok=True)
 
@@ -372,7 +391,8 @@ state = "{state}"
                     "type": "bridge",
                     "bridge": self.network.bridge,
                     "isGateway": True,
-                    # Nothing leaves this machine: no masquerading, and forwarding stays as it is (off).
+                    # Nothing leaves this machine: no masquerading, and a FORWARD rule drops what pods send
+                    # elsewhere (route_api_server).
                     "ipMasq": False,
                     "hairpinMode": True,
                     "ipam": {
