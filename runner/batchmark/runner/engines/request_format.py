@@ -133,10 +133,17 @@ class ChatPromptBuilder:
         )
 
     def token_ids(self, spec: RequestSpec) -> list[int]:
-        content_ids = self._factory.token_ids(spec)
-        if self.request_format.kind == "plain":
-            return content_ids
-        messages = [{"role": "user", "content": self._tokenizer.decode(content_ids)}]
+        if spec.prompt is not None:
+            # The user's own text: tokenized as the main process counted it (no special tokens added).
+            if self.request_format.kind == "plain":
+                return list(self._tokenizer.encode(spec.prompt, add_special_tokens=False))
+            content = spec.prompt
+        else:
+            content_ids = self._factory.token_ids(spec)
+            if self.request_format.kind == "plain":
+                return content_ids
+            content = self._tokenizer.decode(content_ids)
+        messages = [{"role": "user", "content": content}]
         if self._template is None:
             text = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
