@@ -89,7 +89,10 @@ def spec_schema() -> Schema:
         )
     for phase in ("warmup", "cooldown"):
         properties["profile"]["properties"][phase]["x-kubernetes-validations"] = list(_PHASE_RULES)
-    properties["data"]["x-kubernetes-validations"] = list(_DATA_RULES)
+    data = properties["data"]
+    data.setdefault("x-kubernetes-validations", []).extend(_DATA_RULES)
+    # A data spec without a kind is synthetic text (as the runner reads it): manifests from before other kinds.
+    data["properties"]["kind"]["default"] = "synthetic_text"
     schema["x-kubernetes-validations"] = list(_SPEC_RULES)
     return schema
 
