@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__, contract
@@ -125,6 +125,25 @@ class ModelCache(ApiModel):
     mount_path: str = Field(default="/models", pattern=r"^/", description="Where it is mounted; HF_HOME points at it.")
 
 
+class DataVolume(ApiModel):
+    """Where the user's data files come from in the pod, mounted read-only: a ConfigMap (small files, one key a
+    file) or a PersistentVolumeClaim; data.path names a file or folder under mountPath."""
+
+    config_map: str | None = Field(
+        default=None, min_length=1, max_length=253, description="ConfigMap whose keys become files (at most 1 MiB)."
+    )
+    claim_name: str | None = Field(
+        default=None, min_length=1, max_length=253, description="PersistentVolumeClaim holding the data."
+    )
+    mount_path: str = Field(default="/data", pattern=r"^/", description="Where it is mounted in the runner.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataVolume:
+        if (self.config_map is None) == (self.claim_name is None):
+            raise ValueError("give one of configMap or claimName")
+        return self
+
+
 class MetricsOptions(ApiModel):
     """The runner's live Prometheus metrics and the optional Pushgateway push."""
 
@@ -217,6 +236,9 @@ class BatchBenchmarkSpec(ApiModel):
         default=None, description="Secret key holding a Hugging Face token, given to the runner as HF_TOKEN."
     )
     model_cache: ModelCache | None = Field(default=None, description="A volume of downloaded models.")
+    data_volume: DataVolume | None = Field(
+        default=None, description="The volume data.path reads from (a Hugging Face hub dataset uses modelCache)."
+    )
     shm_size: Quantity = Field(
         default="2Gi", description="Size of /dev/shm, an in-memory volume (vLLM's workers share tensors there)."
     )

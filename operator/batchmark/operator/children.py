@@ -189,6 +189,13 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
         volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}})
         env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
+    if spec.data_volume is not None:
+        mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path, "readOnly": True})
+        if spec.data_volume.config_map is not None:
+            volumes.append({"name": "data", "configMap": {"name": spec.data_volume.config_map}})
+        else:
+            claim = {"claimName": spec.data_volume.claim_name, "readOnly": True}
+            volumes.append({"name": "data", "persistentVolumeClaim": claim})
     if spec.hf_token_secret is not None:
         secret = {"name": spec.hf_token_secret.name, "key": spec.hf_token_secret.key}
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})

@@ -93,6 +93,9 @@ def spec_schema() -> Schema:
     data.setdefault("x-kubernetes-validations", []).extend(_DATA_RULES)
     # A data spec without a kind is synthetic text (as the runner reads it): manifests from before other kinds.
     data["properties"]["kind"]["default"] = "synthetic_text"
+    properties["dataVolume"]["x-kubernetes-validations"] = [
+        {"rule": "has(self.configMap) != has(self.claimName)", "message": "give one of configMap or claimName"}
+    ]
     schema["x-kubernetes-validations"] = list(_SPEC_RULES)
     return schema
 

@@ -138,3 +138,16 @@ def test_model_cache_and_token_and_operator_defaults() -> None:
 def test_operator_defaults_forbid_unknown_keys() -> None:
     with pytest.raises(ValueError, match="bogus"):
         OperatorDefaults.model_validate({"bogus": 1})
+
+
+def test_a_data_volume_from_a_config_map_or_a_claim_is_mounted_read_only() -> None:
+    data = {"kind": "file", "path": "/data/prompts.jsonl"}
+    pod = pod_spec(children.job(OWNER, spec(data=data, dataVolume={"configMap": "prompts"})))
+    assert {"name": "data", "configMap": {"name": "prompts"}} in pod["volumes"]
+    assert {"name": "data", "mountPath": "/data", "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    pod = pod_spec(children.job(OWNER, spec(data=data, dataVolume={"claimName": "corpus", "mountPath": "/corpus"})))
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "corpus", "readOnly": True}} in pod["volumes"]
+    assert {"name": "data", "mountPath": "/corpus", "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    for both_or_neither in ({"configMap": "a", "claimName": "b"}, {}):
+        with pytest.raises(ValueError, match="one of configMap or claimName"):
+            spec(data=data, dataVolume=both_or_neither)
