@@ -22,6 +22,7 @@ from batchmark.runner.contract import (
     CONFIG_DIRECTORY,
     CONFIG_KEY,
     CONFIG_PATH,
+    ENV_DATA_DIRECTORY,
     ENV_NAME,
     ENV_NAMESPACE,
     ENV_POD,
@@ -191,6 +192,7 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
     if spec.data_volume is not None:
         mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path, "readOnly": True})
+        env.append({"name": ENV_DATA_DIRECTORY, "value": spec.data_volume.mount_path})
         if spec.data_volume.config_map is not None:
             volumes.append({"name": "data", "configMap": {"name": spec.data_volume.config_map}})
         else:

@@ -47,6 +47,10 @@ POD_ENVIRONMENT: Final = (
     ENV_TERMINATION,
 )
 
+# Set by the operator where spec.dataVolume is mounted: a relative data.path is read from under it, so the same
+# spec (path: prompts.jsonl) runs on a laptop (from the working folder) and in the pod.
+ENV_DATA_DIRECTORY: Final = "BATCHMARK_DATA_DIR"
+
 # The config ConfigMap is mounted as a folder; the runner runs `batchmark run --config CONFIG_PATH`.
 CONFIG_DIRECTORY: Final = "/etc/batchmark"
 CONFIG_KEY: Final = "config.yaml"

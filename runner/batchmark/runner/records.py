@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from batchmark.runner.config import (
     RecordsDataConfig,
     ShareGptDataConfig,
 )
+from batchmark.runner.contract import ENV_DATA_DIRECTORY
 
 # Records held for a seeded shuffle of a stream: enough to mix a file well, few enough to bound memory.
 SHUFFLE_BUFFER = 10_000
@@ -92,10 +94,17 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def data_path(given: str) -> Path:
+    """The path as given; a relative one under the pod's data volume when the operator mounted one."""
+    path = Path(given).expanduser()
+    mounted = os.environ.get(ENV_DATA_DIRECTORY)
+    return Path(mounted) / path if mounted and not path.is_absolute() else path
+
+
 def _open(config: RecordsDataConfig) -> tuple[str, Iterable[dict[str, Any]]]:
     import datasets  # noqa: PLC0415 - heavy; only runs that read data need it
 
-    path = Path(config.path).expanduser()
+    path = data_path(config.path)
     if isinstance(config, DatasetDataConfig):
         return _open_dataset(config, path)
     if not path.exists():
@@ -110,7 +119,7 @@ def _open(config: RecordsDataConfig) -> tuple[str, Iterable[dict[str, Any]]]:
         stream = datasets.load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train", streaming=True)
     except Exception as error:  # the reader's own complaint, in one line
         raise DataError(f"path: {config.path}: cannot read it: {_describe(error)}") from None
-    return str(path), _shuffled(config, stream)
+    return config.path, _shuffled(config, stream)
 
 
 def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[dict[str, Any]]]:
@@ -125,7 +134,7 @@ def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[
             saved = saved[_split(config, list(saved))]
         elif config.split is not None:
             raise DataError(f"split: {config.split!r}: {config.path} is a single dataset without splits")
-        return str(path), _shuffled(config, saved.to_iterable_dataset())
+        return config.path, _shuffled(config, saved.to_iterable_dataset())
     looks_like_path = config.path.startswith(("/", ".", "~")) or config.path.count("/") > 1
     if not path.exists() and looks_like_path:
         raise DataError(f"path: {config.path}: no such file or folder")
@@ -137,7 +146,7 @@ def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[
         loaded = loaded[_split(config, list(loaded))]
     elif config.split is not None:
         raise DataError(f"split: {config.split!r}: {config.path} has no splits")
-    return str(path) if path.exists() else config.path, _shuffled(config, loaded)
+    return config.path, _shuffled(config, loaded)
 
 
 def _split(config: DatasetDataConfig, splits: list[str]) -> str:

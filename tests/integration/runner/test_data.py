@@ -174,6 +174,17 @@ def test_the_same_seed_gives_the_same_requests(tmp_path: Path, data: Path) -> No
     assert unshuffled["data"]["content_hash"] != first["data"]["content_hash"]
 
 
+def test_a_relative_path_is_read_under_the_pods_data_volume(
+    tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    laptop = run(tmp_path, f"kind=file,path={data / 'prompts.jsonl'}", name="laptop")
+    monkeypatch.setenv("BATCHMARK_DATA_DIR", str(data))
+    pod = run(tmp_path, "kind=file,path=prompts.jsonl", name="pod")
+    assert pod["data"]["source"] == "prompts.jsonl"
+    assert pod["data"]["content_hash"] == laptop["data"]["content_hash"]
+    assert by_request(pod) == by_request(laptop)
+
+
 def test_too_long_prompts_are_skipped_when_asked_and_counted(tmp_path: Path, data: Path) -> None:
     rows = [{"prompt": "x" * 100, "output_tokens_count": 10}, *records()]
     path = write_jsonl(tmp_path / "long.jsonl", rows)

@@ -145,6 +145,8 @@ def test_a_data_volume_from_a_config_map_or_a_claim_is_mounted_read_only() -> No
     pod = pod_spec(children.job(OWNER, spec(data=data, dataVolume={"configMap": "prompts"})))
     assert {"name": "data", "configMap": {"name": "prompts"}} in pod["volumes"]
     assert {"name": "data", "mountPath": "/data", "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    # A relative data.path is read from under the mount.
+    assert {"name": "BATCHMARK_DATA_DIR", "value": "/data"} in pod["containers"][0]["env"]
     pod = pod_spec(children.job(OWNER, spec(data=data, dataVolume={"claimName": "corpus", "mountPath": "/corpus"})))
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "corpus", "readOnly": True}} in pod["volumes"]
     assert {"name": "data", "mountPath": "/corpus", "readOnly": True} in pod["containers"][0]["volumeMounts"]
