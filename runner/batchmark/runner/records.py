@@ -1,8 +1,10 @@
 """Prompts from the user's own data: local files, Hugging Face datasets and ShareGPT conversations.
 
-Everything is read by Hugging Face ``datasets`` (backed by ``pyarrow``) as a stream: records are read until
-``samples`` are kept, so a file of any size costs the memory of the samples, not of the file. Problems are
-``DataError``s raised before any engine loads, each naming the field and the file.
+Everything is read as a stream: records are read until ``samples`` are kept, so a file of any size costs the
+memory of the samples, not of the file. JSONL, CSV and Parquet files go through ``pyarrow``'s block readers
+(Hugging Face ``datasets`` alone costs ~80 MB of imports and reads in large chunks); a JSON list, saved
+datasets, folders and hub ids through ``datasets``. Problems are ``DataError``s raised before any engine loads,
+each naming the field and the file.
 """
 
 from __future__ import annotations
@@ -66,7 +68,6 @@ class LoadedRecords:
 
 def load_records(config: RecordsDataConfig, count_tokens: TokenCounter, max_model_len: int | None) -> LoadedRecords:
     """Read up to ``config.samples`` records; every failure is a DataError."""
-    _quiet_datasets()
     source, stream = _open(config)
     try:
         return _take(config, source, stream, count_tokens, max_model_len)
@@ -76,12 +77,14 @@ def load_records(config: RecordsDataConfig, count_tokens: TokenCounter, max_mode
         raise DataError(f"path: {source}: cannot read it: {_describe(error)}") from None
 
 
-def _quiet_datasets() -> None:
-    import datasets  # noqa: PLC0415 - heavy; only runs that read data need it
+def _datasets() -> Any:
+    """Hugging Face datasets (imported on first use: ~80 MB), printing no progress bars or warnings."""
+    import datasets  # noqa: PLC0415 - heavy; only data it alone reads needs it
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     logging.getLogger("datasets").setLevel(logging.ERROR)
+    return datasets
 
 
 def _describe(error: BaseException) -> str:
@@ -102,8 +105,6 @@ def data_path(given: str) -> Path:
 
 
 def _open(config: RecordsDataConfig) -> tuple[str, Iterable[dict[str, Any]]]:
-    import datasets  # noqa: PLC0415 - heavy; only runs that read data need it
-
     path = data_path(config.path)
     if isinstance(config, DatasetDataConfig):
         return _open_dataset(config, path)
@@ -115,6 +116,12 @@ def _open(config: RecordsDataConfig) -> tuple[str, Iterable[dict[str, Any]]]:
     allowed = SHAREGPT_EXTENSIONS if isinstance(config, ShareGptDataConfig) else tuple(FILE_BUILDERS)
     if suffix not in allowed:
         raise DataError(f"path: {config.path}: the file name must end in one of {', '.join(allowed)}")
+    if path.stat().st_size == 0:
+        raise DataError(f"path: {config.path}: the data set is empty (no records)")
+    if suffix in _ARROW_READERS:
+        return config.path, _shuffled(config, _ARROW_READERS[suffix](path))
+    datasets = _datasets()  # a JSON list is read whole: use JSONL for large files
+
     try:
         stream = datasets.load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train", streaming=True)
     except Exception as error:  # the reader's own complaint, in one line
@@ -122,9 +129,53 @@ def _open(config: RecordsDataConfig) -> tuple[str, Iterable[dict[str, Any]]]:
     return config.path, _shuffled(config, stream)
 
 
-def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[dict[str, Any]]]:
-    import datasets  # noqa: PLC0415 - heavy; only runs that read data need it
+# Bytes per block the readers parse at a time: bounds their memory whatever the file's size.
+_BLOCK_BYTES = 1 << 20
+_PARQUET_BATCH_ROWS = 1024
 
+
+def _jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow.json  # noqa: PLC0415 - only runs on data need it
+
+    reader = pyarrow.json.open_json(path, read_options=pyarrow.json.ReadOptions(block_size=_BLOCK_BYTES))
+    for batch in reader:
+        yield from batch.to_pylist()
+
+
+def _csv_records(path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow.csv  # noqa: PLC0415 - only runs on data need it
+
+    reader = pyarrow.csv.open_csv(path, read_options=pyarrow.csv.ReadOptions(block_size=_BLOCK_BYTES))
+    for batch in reader:
+        yield from batch.to_pylist()
+
+
+def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow.parquet  # noqa: PLC0415 - only runs on data need it
+
+    for batch in pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH_ROWS):
+        yield from batch.to_pylist()
+
+
+def _text_records(path: Path) -> Iterator[dict[str, Any]]:
+    """A prompt a line, as the ``text`` column; blank lines are no prompts."""
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            text = line.rstrip("\r\n")
+            if text.strip():
+                yield {"text": text}
+
+
+_ARROW_READERS: dict[str, Callable[[Path], Iterator[dict[str, Any]]]] = {
+    ".jsonl": _jsonl_records,
+    ".csv": _csv_records,
+    ".parquet": _parquet_records,
+    ".txt": _text_records,
+}
+
+
+def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[dict[str, Any]]]:
+    datasets = _datasets()
     if path.is_dir() and any((path / marker).is_file() for marker in _SAVED_MARKERS):
         try:
             saved = datasets.load_from_disk(str(path))  # memory-mapped Arrow: nothing is read into memory here
@@ -159,10 +210,24 @@ def _split(config: DatasetDataConfig, splits: list[str]) -> str:
     return "train" if "train" in splits else splits[0]
 
 
-def _shuffled(config: RecordsDataConfig, stream: Any) -> Iterable[dict[str, Any]]:
-    if config.shuffle:
-        return stream.shuffle(seed=config.seed, buffer_size=SHUFFLE_BUFFER)  # type: ignore[no-any-return]
-    return stream  # type: ignore[no-any-return]
+def _shuffled(config: RecordsDataConfig, stream: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    return _buffer_shuffle(stream, config.seed) if config.shuffle else stream
+
+
+def _buffer_shuffle(stream: Iterable[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
+    """A seeded shuffle through a bounded buffer: each record read takes a random place in it and pushes out the
+    record there. The same records and seed give the same order, whichever reader read them."""
+    rng = np.random.default_rng(seed)
+    buffer: list[dict[str, Any]] = []
+    for record in stream:
+        if len(buffer) < SHUFFLE_BUFFER:
+            buffer.append(record)
+            continue
+        place = int(rng.integers(SHUFFLE_BUFFER))
+        yield buffer[place]
+        buffer[place] = record
+    rng.shuffle(buffer)
+    yield from buffer
 
 
 def _take(
@@ -269,6 +334,8 @@ def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tupl
 
     def read(record: dict[str, Any], number: int) -> tuple[str, int | str | None]:
         prompt = record.get(prompt_column)
+        if isinstance(prompt, bytes):  # what the CSV reader makes of a column that is not UTF-8
+            raise DataError(f"prompt_column: {source}: record {number}: {prompt_column!r} is not UTF-8 text")
         if not isinstance(prompt, str) or not prompt:
             raise DataError(
                 f"prompt_column: {source}: record {number} has no prompt text in {prompt_column!r}"

@@ -205,6 +205,11 @@ def _undecodable(tmp_path: Path) -> Path:
     return path
 
 
+def write(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
 def _empty(tmp_path: Path) -> Path:
     path = tmp_path / "empty.jsonl"
     path.write_text("")
@@ -241,7 +246,15 @@ BAD: dict[str, tuple[Any, list[str]]] = {
         ["prompt_column", "null.jsonl", "record 2"],
     ),
     "empty data set": (lambda d, t: f"kind=file,path={_empty(t)}", ["path", "empty.jsonl", "empty"]),
-    "undecodable bytes": (lambda d, t: f"kind=file,path={_undecodable(t)}", ["path", "bad.jsonl"]),
+    "undecodable bytes": (lambda d, t: f"kind=file,path={_undecodable(t)}", ["path", "bad.jsonl", "not UTF-8"]),
+    "undecodable CSV column": (
+        lambda d, t: "kind=file,path=" + str(write(t / "bad.csv", b"prompt,n\n\xff\xfe,1\n")),
+        ["prompt_column", "bad.csv", "record 1", "not UTF-8"],
+    ),
+    "undecodable text file": (
+        lambda d, t: "kind=file,path=" + str(write(t / "bad.txt", b"fine\n\xff\xfe\n")),
+        ["path", "bad.txt", "not UTF-8"],
+    ),
     "prompts longer than the context": (
         lambda d, t: f"kind=file,path={_long(t)},output_tokens=8",
         ["too_long", "long.jsonl", "2 of the 3 records", "4096", "record 1", "too_long=skip"],
