@@ -51,7 +51,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("out of range", changed("spec.backend.batchSize", 0), "spec.backend.batchSize"),
     ("unknown field", changed("spec.backend.bogus", 1), "spec.backend.bogus"),
     ("missing model", changed("spec.backend.model", None), "spec.backend.model"),
-    ("missing output tokens", changed("spec.data.outputTokens", None), "spec.data.outputTokens"),
+    # spec.data is a tagged union (synthetic_text, file, ...): the kind's rule names the field it lacks.
+    (
+        "missing output tokens",
+        changed("spec.data.outputTokens", None),
+        "spec.data: Invalid value: kind synthetic_text requires promptTokens, outputTokens",
+    ),
     ("missing spec", changed("spec", None), "spec"),
     ("unknown profile kind", changed("spec.profile", {"kind": "burst"}), "spec.profile.kind"),
     ("required per kind", changed("spec.profile", {"kind": "concurrent"}), "spec.profile"),
@@ -94,6 +99,13 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("toleration effect", changed("spec.tolerations", [{"key": "a", "effect": "Never"}]), "spec.tolerations[0].effect"),
     ("zero timeout", changed("spec.timeout", 0), "spec.timeout"),
     ("name too long", changed("metadata.name", "b" * 64), "metadata.name"),
+    ("data file without a path", changed("spec.data", {"kind": "file"}), "kind file requires path"),
+    ("file option on synthetic data", changed("spec.data.promptColumn", "q"), "spec.data.promptColumn"),
+    (
+        "data volume of two sources",
+        changed("spec.dataVolume", {"configMap": "a", "claimName": "b"}),
+        "give one of configMap or claimName",
+    ),
 ]
 INVALID[18][1]["spec"]["profile"] = {"kind": "throughput", "cooldown": {"requests": 2}}
 
