@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from batchmark.runner.config import DataConfig, RecordsDataConfig, SyntheticTextDataConfig
-from batchmark.runner.records import LoadedRecords, TokenCounter, load_records
+from batchmark.runner.records import LoadedRecords, Prompt, TokenCounter, load_records
 from batchmark.runner.results import DataSummary
 from batchmark.runner.stats import Distribution
 
@@ -22,7 +22,7 @@ class RequestSpec(NamedTuple):
     output_tokens: int
     prefix: int  # which shared prefix, -1 for none
     prefix_tokens: int
-    prompt: str | None = None  # the user's prompt text; None: synthetic token ids of prompt_tokens
+    prompt: Prompt | None = None  # the user's prompt (text or chat messages); None: synthetic token ids
 
 
 def _lengths(rng: np.random.Generator, mean: int, stdev: float, low: int | None, high: int | None, n: int) -> list[int]:

@@ -10,6 +10,7 @@ each naming the field and the file.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -39,6 +40,14 @@ _ANSWER = ("gpt", "assistant", "chatgpt", "bard", "model", "bing")
 _SAVED_MARKERS = ("dataset_dict.json", "state.json")
 
 TokenCounter = Callable[[str], int]
+# A conversation given as chat messages: (role, content) pairs, for the model's chat template.
+Messages = tuple[tuple[str, str], ...]
+Prompt = str | Messages
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """The text a prompt is without a chat template: a conversation's contents, a line each."""
+    return prompt if isinstance(prompt, str) else "\n".join(content for _, content in prompt)
 
 
 class DataError(ValueError):
@@ -47,7 +56,7 @@ class DataError(ValueError):
 
 @dataclass
 class Sample:
-    prompt: str
+    prompt: Prompt
     prompt_tokens: int
     output_tokens: int
 
@@ -255,7 +264,7 @@ def _take(
             without_answer += 1
             continue
         prompt, output = pair
-        prompt_tokens = count_tokens(prompt)
+        prompt_tokens = count_tokens(prompt_text(prompt))
         if output is None:
             output_tokens = drawn_outputs[len(samples)]
         elif isinstance(output, str):
@@ -267,9 +276,8 @@ def _take(
             first_too_long = first_too_long or (number, prompt_tokens, output_tokens)
             continue
         samples.append(Sample(prompt, prompt_tokens, output_tokens))
-        digest.update(
-            len(prompt.encode()).to_bytes(8, "little") + prompt.encode() + output_tokens.to_bytes(8, "little")
-        )
+        encoded = prompt.encode() if isinstance(prompt, str) else json.dumps(prompt).encode()
+        digest.update(len(encoded).to_bytes(8, "little") + encoded + output_tokens.to_bytes(8, "little"))
         if len(samples) == config.samples:
             break
     if too_long and config.too_long == "refuse":
@@ -302,7 +310,7 @@ def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[di
 
 
 # A record -> (prompt, output length: tokens, a text whose tokens are counted, or None for drawn), or None to skip.
-Reader = Callable[[dict[str, Any], int], "tuple[str, int | str | None] | None"]
+Reader = Callable[[dict[str, Any], int], "tuple[Prompt, int | str | None] | None"]
 
 
 def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tuple[Reader, str]:
@@ -332,11 +340,13 @@ def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tupl
     if output_column is None:
         output_column = next((name for name in OUTPUT_TOKENS_COLUMN_NAMES if name in columns), None)
 
-    def read(record: dict[str, Any], number: int) -> tuple[str, int | str | None]:
-        prompt = record.get(prompt_column)
+    def read(record: dict[str, Any], number: int) -> tuple[Prompt, int | str | None]:
+        prompt: Any = record.get(prompt_column)
+        if isinstance(prompt, list):
+            prompt = _messages(prompt, f"prompt_column: {source}: record {number}: {prompt_column!r}")
         if isinstance(prompt, bytes):  # what the CSV reader makes of a column that is not UTF-8
             raise DataError(f"prompt_column: {source}: record {number}: {prompt_column!r} is not UTF-8 text")
-        if not isinstance(prompt, str) or not prompt:
+        if not isinstance(prompt, str | tuple) or not prompt:
             raise DataError(
                 f"prompt_column: {source}: record {number} has no prompt text in {prompt_column!r}"
                 f" (found {type(prompt).__name__})"
@@ -355,6 +365,17 @@ def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tupl
 
     where = f"column {output_column!r}" if output_column is not None else "output_tokens"
     return read, where
+
+
+def _messages(turns: list[Any], where: str) -> Messages:
+    """Chat messages ({role, content} each) as the chat template takes them."""
+    messages = []
+    for turn in turns:
+        role, content = (turn.get("role"), turn.get("content")) if isinstance(turn, dict) else (None, None)
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise DataError(f"{where}: a list of chat messages needs a role and a content text in each")
+        messages.append((role, content))
+    return tuple(messages)
 
 
 def _conversation_reader(column: str, source: str) -> Reader:

@@ -163,6 +163,18 @@ def test_sharegpt_takes_the_first_human_turn_and_its_answer(tmp_path: Path, data
         assert lengths == (len(PROMPTS[record].encode()), 10 + record)
 
 
+def test_chat_messages_in_the_prompt_column(tmp_path: Path) -> None:
+    conversations = [
+        [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": prompt}] for prompt in PROMPTS
+    ]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"prompt": messages} for messages in conversations])
+    report = run(tmp_path, f"kind=file,path={path},output_tokens=3")
+    assert report["data"]["samples"] == len(PROMPTS)
+    # Without a chat template (the simulated engine has none) the contents are the text, a line each.
+    for request_id, lengths in by_request(report).items():
+        assert lengths == (len(("Answer briefly.\n" + PROMPTS[request_id % len(PROMPTS)]).encode()), 3)
+
+
 def test_the_same_seed_gives_the_same_requests(tmp_path: Path, data: Path) -> None:
     spec = f"kind=file,path={data / 'prompts.jsonl'},shuffle=true,samples=12"
     first, second = run(tmp_path, spec + ",seed=7", name="a"), run(tmp_path, spec + ",seed=7", name="b")
@@ -244,6 +256,10 @@ BAD: dict[str, tuple[Any, list[str]]] = {
     "missing prompt text": (
         lambda d, t: f"kind=file,path={write_jsonl(t / 'null.jsonl', [{'prompt': 'a'}, {'prompt': None}])}",
         ["prompt_column", "null.jsonl", "record 2"],
+    ),
+    "chat messages without content": (
+        lambda d, t: "kind=file,path=" + str(write_jsonl(t / "chat.jsonl", [{"prompt": [{"role": "user"}]}])),
+        ["prompt_column", "chat.jsonl", "record 1", "role and a content"],
     ),
     "empty data set": (lambda d, t: f"kind=file,path={_empty(t)}", ["path", "empty.jsonl", "empty"]),
     "undecodable bytes": (lambda d, t: f"kind=file,path={_undecodable(t)}", ["path", "bad.jsonl", "not UTF-8"]),

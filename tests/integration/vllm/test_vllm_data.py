@@ -79,3 +79,23 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_the_engine_loads(
     assert "long.jsonl" in message
     assert f"context of {MAX_MODEL_LEN} tokens" in message
     assert "Traceback" not in result.stderr
+
+
+def test_chat_messages_go_through_the_chat_template(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
+    rows = [
+        {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": p}], "output_tokens": 3}
+        for p in PROMPTS
+    ]
+    path = write_jsonl(tmp_path / "chat.jsonl", rows)
+    run = config(vllm_setup, {"kind": "file", "path": str(path)}, requests=8)
+    run["backend"]["request_format"] = template
+    result, report = vllm_setup.batchmark(run, tmp_path)
+    assert result.returncode == 0, describe(result)
+    assert report is not None
+    [benchmark] = report["benchmarks"]
+    assert benchmark["requests"]["completed"] == 8
+    assert benchmark["requests"]["errored"] == 0
+    # The template writes the roles around the contents: more tokens than the contents the data counted.
+    assert benchmark["distributions"]["prompt_tokens"]["min"] > report["data"]["prompt_tokens"]["min"]
+    assert all(sample["output_tokens"] == 3 for sample in benchmark["samples"])
