@@ -29,6 +29,8 @@ from batchmark.runner.contract import (
     ENV_RESULTS,
     ENV_TERMINATION,
     ENV_UID,
+    RUNNER_GID,
+    RUNNER_UID,
     TERMINATION_MESSAGE_PATH,
 )
 
@@ -37,7 +39,6 @@ RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
-RUNNER_UID = 1000
 
 
 def labels(name: str) -> dict[str, str]:
@@ -241,8 +242,8 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUNNER_UID,
-            "runAsGroup": RUNNER_UID,
-            "fsGroup": RUNNER_UID,
+            "runAsGroup": RUNNER_GID,
+            "fsGroup": RUNNER_GID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
