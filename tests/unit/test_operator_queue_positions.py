@@ -252,7 +252,7 @@ class QueuedChildren:
     def __init__(self) -> None:
         self.current = waiting_workload()
 
-    def job(self, namespace: str, name: str) -> JobView | None:
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
         return job_view()
 
     def pods(self, namespace: str, name: str) -> list[PodView]:

@@ -32,6 +32,7 @@ from urllib3.exceptions import HTTPError
 
 from batchmark.operator import kueue
 from batchmark.operator.api import GROUP, PLURAL, VERSION
+from batchmark.operator.kube import ForeignChild
 from batchmark.operator.reconcile import CHILD_CREATORS, Reconciler
 from batchmark.operator.status import JobView, benchmark_signature, child_signature
 from batchmark.operator.watched import (
@@ -39,6 +40,7 @@ from batchmark.operator.watched import (
     PODS_INDEX,
     WORKLOADS_INDEX,
     IndexedChildren,
+    benchmark_job_of,
     job_entry,
     pod_entry,
     workload_entry,
@@ -72,7 +74,7 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         outcome = "success"
         try:
             action()
-        except (ApiException, HTTPError, OSError) as error:
+        except (ApiException, HTTPError, OSError, ForeignChild) as error:
             outcome = "retry"
             raise kopf.TemporaryError(f"API server: {error}", delay=RETRY_DELAY_SECONDS) from error
         except Exception:
@@ -237,8 +239,7 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         type: str, namespace: str | None, name: str, meta: kopf.Meta, body: kopf.Body, **kwargs: Any
     ) -> None:
         bind(kwargs)
-        owners = meta.get("ownerReferences") or []
-        job = next((owner["name"] for owner in owners if owner.get("kind") == "Job"), None)
+        job = benchmark_job_of(kwargs, namespace, meta) if namespace else None
         signature = None if type == "DELETED" else (kueue.WorkloadView.from_dict(body),)
         if job and namespace and reconciler.worth_refreshing(("Workload", namespace, name), signature):
             await refresh_soon(namespace, job)

@@ -27,7 +27,9 @@ WORKLOADS_INDEX = "job_workloads"
 class Children(Protocol):
     """A benchmark's Job (same name), its pods, and the Workload Kueue made for the Job."""
 
-    def job(self, namespace: str, name: str) -> JobView | None: ...
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
+        """The benchmark's Job: named as it, and controlled by it (``owner_uid``: the benchmark's uid)."""
+        ...
 
     def pods(self, namespace: str, name: str) -> list[PodView]: ...
 
@@ -41,9 +43,10 @@ class ApiChildren:
         self.kube = kube
         self.kueue = kueue
 
-    def job(self, namespace: str, name: str) -> JobView | None:
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
         found = self.kube.get_job(namespace, name)
-        return JobView.from_dict(found) if found is not None else None
+        view = JobView.from_dict(found) if found is not None else None
+        return view if view is not None and view.owner_uid == owner_uid else None
 
     def pods(self, namespace: str, name: str) -> list[PodView]:
         return [PodView.from_dict(pod) for pod in self.kube.list_pods(namespace, name)]
@@ -69,6 +72,18 @@ def workload_entry(namespace: str | None, labels: Mapping[str, str], body: Mappi
     return {(namespace, job_uid): WorkloadView.from_dict(body)} if namespace and job_uid else None
 
 
+def benchmark_job_of(indices: Mapping[str, Any], namespace: str, workload_metadata: Mapping[str, Any]) -> str | None:
+    """The name of the benchmark Job (in kopf's index of them) that owns the Workload; None for a Workload of
+    any other Job (another team's), which the operator leaves alone."""
+    jobs = indices[JOBS_INDEX]
+    for owner in workload_metadata.get("ownerReferences") or []:
+        if owner.get("kind") != "Job" or not owner.get("apiVersion", "").startswith("batch/"):
+            continue
+        if any(job.uid == owner.get("uid") for job in jobs.get((namespace, owner.get("name")), ())):
+            return str(owner["name"])
+    return None
+
+
 class IndexedChildren:
     """Read from kopf's indices (``indices``: the ``kopf.Index`` objects kopf hands every handler, by name).
 
@@ -83,8 +98,9 @@ class IndexedChildren:
         self.workloads = indices[WORKLOADS_INDEX]
         self.api = api
 
-    def job(self, namespace: str, name: str) -> JobView | None:
-        found: list[JobView] = list(self.jobs.get((namespace, name), ()))
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
+        # A previous benchmark's Job of the same name may still be there while the garbage collector removes it.
+        found = [job for job in self.jobs.get((namespace, name), ()) if job.owner_uid == owner_uid]
         return max(found, key=lambda job: job.created) if found else None
 
     def pods(self, namespace: str, name: str) -> list[PodView]:
