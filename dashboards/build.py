@@ -31,6 +31,10 @@ RUN: Final = 'namespace=~"$namespace", benchmark=~"$benchmark", run_id=~"$run"'
 # The operator's result gauges, narrowed by the comparison dashboard's variables.
 RESULT: Final = 'namespace=~"$namespace", model=~"$model"'
 RESULT_LABELS: Final = "namespace, name, model, batch_size, strategy, engine"
+# One benchmark of one run (a sweep's runs measure one batch size after another): what the run dashboard's
+# quantiles group by besides `le`, so that selecting several runs never blends their histograms into one.
+ONE_BENCHMARK: Final = "benchmark, run_id, batch_size"
+ONE_BENCHMARK_LEGEND: Final = "{{benchmark}} {{run_id}} ×{{batch_size}}"
 
 
 def query(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False) -> prometheus.Dataquery:
@@ -92,16 +96,19 @@ def single(title: str, description: str, unit: str, target: prometheus.Dataquery
     )
 
 
-def quantiles(histogram: str, selector: str, legend_prefix: str = "") -> list[prometheus.Dataquery]:
-    """p50, p90 and p99 of a histogram over the rate window, one series each."""
-    return [
-        query(
-            f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket{{{selector}}}[{RATE}])))",
-            f"{legend_prefix}p{round(q * 100)}",
-            ref,
-        )
-        for q, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))
-    ]
+def quantile(q: float, histogram: str, selector: str, by: str, legend: str, ref: str) -> prometheus.Dataquery:
+    """One quantile of a histogram over the rate window, a series per value of the ``by`` labels."""
+    grouping = ", ".join(["le", *(label.strip() for label in by.split(",") if label.strip())])
+    return query(
+        f"histogram_quantile({q}, sum by ({grouping}) (rate({histogram}_bucket{{{selector}}}[{RATE}])))",
+        f"{legend}p{round(q * 100)}",
+        ref,
+    )
+
+
+def quantiles(histogram: str, selector: str, by: str = "", legend: str = "") -> list[prometheus.Dataquery]:
+    """p50, p90 and p99 of a histogram over the rate window, each per value of the ``by`` labels."""
+    return [quantile(q, histogram, selector, by, legend, ref) for q, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))]
 
 
 def benchmark_run() -> models.Dashboard:
@@ -140,9 +147,13 @@ def benchmark_run() -> models.Dashboard:
         .with_panel(
             single(
                 "Phase",
-                "The phase the run is in: loading, warmup, measuring, cooldown, done.",
+                "The phase each selected run is in: loading, warmup, measuring, cooldown, done.",
                 "none",
-                query(f"max by (phase) (batchmark_phase{{{RUN}}}) == 1", "{{phase}}", instant=True),
+                query(
+                    f"max by (benchmark, run_id, phase) (batchmark_phase{{{RUN}}}) == 1",
+                    "{{benchmark}} {{run_id}}: {{phase}}",
+                    instant=True,
+                ),
             ).text_mode(BigValueTextMode.NAME)
         )
         .with_panel(
@@ -158,9 +169,11 @@ def benchmark_run() -> models.Dashboard:
         .with_panel(
             single(
                 "Engine load time",
-                "Time to load the engine, outside every timed phase.",
+                "Time to load the engine, outside every timed phase, per run.",
                 "s",
-                query(f"max(batchmark_engine_load_seconds{{{RUN}}})"),
+                query(
+                    f"max by (benchmark, run_id) (batchmark_engine_load_seconds{{{RUN}}})", "{{benchmark}} {{run_id}}"
+                ),
             )
         )
         .with_panel(
@@ -182,11 +195,16 @@ def benchmark_run() -> models.Dashboard:
         .with_panel(
             statetimeline.Panel()
             .title("Phases")
-            .description("Which phase the run was in, over time.")
+            .description("Which phase each selected run was in, over time.")
             .datasource(DATASOURCE)
             .height(5)
             .span(24)
-            .with_target(query(f"max by (phase) (batchmark_phase{{{RUN}}}) == 1", "{{phase}}"))
+            .with_target(
+                query(
+                    f"max by (benchmark, run_id, phase) (batchmark_phase{{{RUN}}}) == 1",
+                    "{{benchmark}} {{run_id}} {{phase}}",
+                )
+            )
         )
         .with_row(dashboard.Row("Throughput"))
         .with_panel(
@@ -209,46 +227,38 @@ def benchmark_run() -> models.Dashboard:
                 "Requests/s",
                 "Measured requests per second by outcome (success, error, incomplete).",
                 "reqps",
-                query(f"sum by (outcome) (rate(batchmark_requests_total{{{RUN}}}[{RATE}]))", "{{outcome}}"),
+                query(
+                    f"sum by (benchmark, run_id, outcome) (rate(batchmark_requests_total{{{RUN}}}[{RATE}]))",
+                    "{{outcome}} {{benchmark}} {{run_id}}",
+                ),
             )
         )
         .with_row(dashboard.Row("Latency"))
         .with_panel(
             graph(
                 "Request latency",
-                "Enqueue to completion, quantiles from the runner's histogram.",
+                "Enqueue to completion, quantiles from the runner's histogram, per benchmark and run.",
                 "s",
-                *quantiles("batchmark_request_latency_seconds", RUN),
+                *quantiles("batchmark_request_latency_seconds", RUN, ONE_BENCHMARK, f"{ONE_BENCHMARK_LEGEND} "),
             )
         )
         .with_panel(
             graph(
                 "Queue and batch wait",
-                "Enqueue to dispatch (queue) and enqueue until the request's micro-batch was complete (batch).",
+                "Enqueue to dispatch (queue) and enqueue until the request's micro-batch was complete (batch), per"
+                " benchmark and run.",
                 "s",
-                query(
-                    "histogram_quantile(0.5, sum by (le) "
-                    f"(rate(batchmark_queue_wait_seconds_bucket{{{RUN}}}[{RATE}])))",
-                    "queue p50",
-                    "A",
+                quantile(
+                    0.5, "batchmark_queue_wait_seconds", RUN, ONE_BENCHMARK, f"queue {ONE_BENCHMARK_LEGEND} ", "A"
                 ),
-                query(
-                    "histogram_quantile(0.99, sum by (le) "
-                    f"(rate(batchmark_queue_wait_seconds_bucket{{{RUN}}}[{RATE}])))",
-                    "queue p99",
-                    "B",
+                quantile(
+                    0.99, "batchmark_queue_wait_seconds", RUN, ONE_BENCHMARK, f"queue {ONE_BENCHMARK_LEGEND} ", "B"
                 ),
-                query(
-                    "histogram_quantile(0.5, sum by (le) "
-                    f"(rate(batchmark_batch_wait_seconds_bucket{{{RUN}}}[{RATE}])))",
-                    "batch p50",
-                    "C",
+                quantile(
+                    0.5, "batchmark_batch_wait_seconds", RUN, ONE_BENCHMARK, f"batch {ONE_BENCHMARK_LEGEND} ", "C"
                 ),
-                query(
-                    "histogram_quantile(0.99, sum by (le) "
-                    f"(rate(batchmark_batch_wait_seconds_bucket{{{RUN}}}[{RATE}])))",
-                    "batch p99",
-                    "D",
+                quantile(
+                    0.99, "batchmark_batch_wait_seconds", RUN, ONE_BENCHMARK, f"batch {ONE_BENCHMARK_LEGEND} ", "D"
                 ),
             )
         )
@@ -270,16 +280,24 @@ def benchmark_run() -> models.Dashboard:
                 "Requests in flight and queued",
                 "Issued and not finished; waiting in the engine worker for a micro-batch.",
                 "short",
-                query(f"sum by (benchmark, run_id) (batchmark_requests_in_flight{{{RUN}}})", "in flight", "A"),
-                query(f"sum by (benchmark, run_id) (batchmark_requests_queued{{{RUN}}})", "queued", "B"),
+                query(
+                    f"sum by (benchmark, run_id) (batchmark_requests_in_flight{{{RUN}}})",
+                    "in flight {{benchmark}} {{run_id}}",
+                    "A",
+                ),
+                query(
+                    f"sum by (benchmark, run_id) (batchmark_requests_queued{{{RUN}}})",
+                    "queued {{benchmark}} {{run_id}}",
+                    "B",
+                ),
             )
         )
         .with_panel(
             graph(
                 "Micro-batch duration",
-                "One generate() call of a measured micro-batch.",
+                "One generate() call of a measured micro-batch, per benchmark and run.",
                 "s",
-                *quantiles("batchmark_batch_duration_seconds", RUN),
+                *quantiles("batchmark_batch_duration_seconds", RUN, ONE_BENCHMARK, f"{ONE_BENCHMARK_LEGEND} "),
             )
         )
         .with_panel(
@@ -422,7 +440,7 @@ def operator() -> models.Dashboard:
                 "Reconcile duration",
                 "Quantiles of a reconciliation's duration, all outcomes.",
                 "s",
-                *quantiles("batchmark_operator_reconcile_duration_seconds", 'job=~"$job"'),
+                *quantiles("batchmark_operator_reconcile_duration_seconds", 'job=~"$job"', "job", "{{job}} "),
             )
         )
         .with_panel(

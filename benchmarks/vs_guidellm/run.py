@@ -51,7 +51,8 @@ def engine_env(engine: str) -> dict[str, str]:
     )
     if engine == "simulated":
         # `import vllm` then finds the simulated stand-in first, in every process these runs start.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE / "simulated_vllm"), env.get("PYTHONPATH")]))
+        stand_in = str(HERE / "simulated_engine_as_vllm")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [stand_in, env.get("PYTHONPATH")]))
     return env
 
 

@@ -2,7 +2,7 @@
 kube-scheduler, with fake GPU nodes (and one plain node) whose pods the node agent runs as local processes.
 
 Used by the `kube_cluster` pytest fixture and by the `up`, `down` and `demo` scripts next to this file.
-Run `tests/cluster/setup` once first: it installs etcd and builds the Kubernetes binaries.
+Run `scripts/setup/cluster.sh` once first: it installs etcd and builds the Kubernetes binaries.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class ClusterError(RuntimeError):
 
 
 class ClusterBinariesMissingError(ClusterError):
-    """The Kubernetes binaries or etcd are not installed; `tests/cluster/setup` installs them."""
+    """The Kubernetes binaries or etcd are not installed; `scripts/setup/cluster.sh` installs them."""
 
 
 def pinned_version(go_mod: Path, module: str) -> str:
@@ -94,7 +94,7 @@ def locate_binaries() -> Binaries:
         missing.append("etcd (Debian package etcd-server)")
     if missing:
         raise ClusterBinariesMissingError(
-            f"missing {', '.join(missing)} (looked in {kube_directory}); run tests/cluster/setup to install them"
+            f"missing {', '.join(missing)} (looked in {kube_directory}); run scripts/setup/cluster.sh to install them"
         )
     helm = cache_directory() / f"helm-{helm_version()}" / "helm"
     return Binaries(
@@ -608,7 +608,7 @@ class ControlPlane:
     def helm(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the built helm as the admin; output captured as text."""
         if self.binaries.helm is None:
-            raise ClusterBinariesMissingError("helm is not built; run tests/cluster/build")
+            raise ClusterBinariesMissingError("helm is not built; run scripts/setup/cluster-binaries.sh")
         return subprocess.run(
             [str(self.binaries.helm), f"--kubeconfig={self.kubeconfig}", *arguments],
             capture_output=True,

@@ -1,7 +1,7 @@
 """pytest fixtures that give tests a real Kubernetes control plane.
 
 Registered from tests/conftest.py with `pytest_plugins = ["tests.cluster.fixtures"]`.
-Without the binaries (`tests/cluster/setup` builds them) the tests that use these fixtures are skipped,
+Without the binaries (`scripts/setup/cluster.sh` builds them) the tests that use these fixtures are skipped,
 unless BATCHMARK_REQUIRE_CLUSTER=1 (as in CI), where they fail instead.
 """
 

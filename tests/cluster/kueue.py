@@ -80,7 +80,7 @@ def locate_kueue() -> KueueBinaries:
         if not all((directory / name).is_file() for name in ("tls.crt", "tls.key")):
             missing.append(f"the certificate Kueue's {server} server reads from {directory}")
     if missing:
-        raise ClusterBinariesMissingError(f"missing {', '.join(missing)}; run tests/cluster/setup to install them")
+        raise ClusterBinariesMissingError(f"missing {', '.join(missing)}; run scripts/setup/cluster.sh to install them")
     return binaries
 
 

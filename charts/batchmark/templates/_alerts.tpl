@@ -1,29 +1,57 @@
 {{/*
-The alert rules (the PrometheusRule's spec). tests/chart renders them and runs `promtool check rules` and
-`promtool test rules` (tests/chart/alerts.test.yaml) on them. The operator's series carry the job of its
-ServiceMonitor: the metrics Service's name.
+The alert rules (the PrometheusRule's spec). tests/integration/chart renders them and runs `promtool check rules`
+and `promtool test rules` (tests/integration/chart/alerts.test.yaml) on them.
+
+The operator's series carry the job of its ServiceMonitor (the metrics Service's name), or alerts.operatorJob
+where Prometheus scrapes the operator otherwise. Without either no rule could see the operator (and
+BatchmarkOperatorDown would fire for ever), so the chart refuses that combination. The benchmark alerts are per
+BatchBenchmark, with its `namespace` and `name` to route on; they aggregate away the operator pod's own labels,
+so a restarted operator continues the same alerts rather than raising new ones.
 */}}
+{{- define "batchmark.operatorJob" -}}
+{{- if .Values.alerts.operatorJob }}
+{{- .Values.alerts.operatorJob }}
+{{- else if and .Values.monitoring.serviceMonitor.enabled .Values.metricsService.enabled }}
+{{- include "batchmark.metricsServiceName" . }}
+{{- else }}
+{{- fail "monitoring.prometheusRule.enabled: the alerts need the operator's series in Prometheus: set monitoring.serviceMonitor.enabled (with metricsService.enabled), or alerts.operatorJob to the job Prometheus scrapes the operator under" }}
+{{- end }}
+{{- end }}
+
+{{/* A Prometheus duration of one unit (30m, 1h, 2d) in seconds, for arithmetic on timestamps. */}}
+{{- define "batchmark.durationSeconds" -}}
+{{- $unit := regexFind "[smhd]$" . }}
+{{- mul (trimSuffix $unit . | atoi) (get (dict "s" 1 "m" 60 "h" 3600 "d" 86400) $unit) }}
+{{- end }}
+
 {{- define "batchmark.alertGroups" -}}
-{{- $job := include "batchmark.metricsServiceName" . }}
+{{- $job := include "batchmark.operatorJob" . }}
 {{- $alerts := .Values.alerts }}
 groups:
   - name: batchmark
     rules:
+      # Fires once per failure: from the benchmark's completionTime for alerts.failedFiresFor, then resolves
+      # although the failed benchmark stays (for its conditions and partial results).
       - alert: BatchBenchmarkFailed
-        expr: max by (job) (batchmark_operator_benchmarks{job="{{ $job }}", phase="Failed"}) > 0
+        expr: >-
+          time() - max by (job, namespace, name, reason)
+          (batchmark_operator_benchmark_failure_timestamp_seconds{job="{{ $job }}"})
+          < {{ include "batchmark.durationSeconds" $alerts.failedFiresFor }}
         labels:
           severity: warning
           {{- with $alerts.labels }}
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: A BatchBenchmark failed.
+          summary: BatchBenchmark {{`{{ $labels.namespace }}/{{ $labels.name }}`}} failed ({{`{{ $labels.reason }}`}}).
           description: >-
-            {{`{{ $value }}`}} BatchBenchmark(s) are in phase Failed. `kubectl get bb -A` shows which, and
-            their Failed condition says why (Unschedulable, ImagePullBackOff, OOMKilled, EngineError, ...).
-            The alert clears when they are deleted or re-run.
+            BatchBenchmark {{`{{ $labels.name }}`}} in namespace {{`{{ $labels.namespace }}`}} failed with reason
+            {{`{{ $labels.reason }}`}}. `kubectl -n {{`{{ $labels.namespace }}`}} describe bb {{`{{ $labels.name }}`}}`
+            shows its Failed condition and events. The alert resolves after {{ $alerts.failedFiresFor }}.
       - alert: BatchBenchmarkStuckScheduling
-        expr: max by (job) (batchmark_operator_benchmarks{job="{{ $job }}", phase="Scheduling"}) > 0
+        expr: >-
+          max by (job, namespace, name)
+          (batchmark_operator_benchmark_phase{job="{{ $job }}", phase="Scheduling"}) == 1
         for: {{ $alerts.schedulingFor }}
         labels:
           severity: warning
@@ -31,11 +59,11 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: BatchBenchmarks have waited in Scheduling for {{ $alerts.schedulingFor }}.
+          summary: BatchBenchmark {{`{{ $labels.namespace }}/{{ $labels.name }}`}} has waited in Scheduling for {{ $alerts.schedulingFor }}.
           description: >-
-            {{`{{ $value }}`}} BatchBenchmark(s) have stayed in phase Scheduling for {{ $alerts.schedulingFor }},
-            most often because no node has enough free GPUs. Their Scheduled condition carries the scheduler's
-            message.
+            BatchBenchmark {{`{{ $labels.name }}`}} in namespace {{`{{ $labels.namespace }}`}} has stayed in
+            phase Scheduling for {{ $alerts.schedulingFor }}, most often because no node has enough free GPUs.
+            Its Scheduled condition carries the scheduler's message.
       - alert: BatchmarkOperatorDown
         expr: absent(up{job="{{ $job }}"} == 1)
         for: {{ $alerts.operatorDownFor }}

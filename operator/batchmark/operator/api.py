@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from batchmark.runner import __version__
+from batchmark.runner import __version__, contract
 from batchmark.runner.config import (
     MAX_SWEEP_BENCHMARKS,
     BackendConfig,
@@ -26,14 +26,15 @@ from batchmark.runner.config import (
 )
 from batchmark.runner.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
-GROUP = "batchmark.dev"
-VERSION = "v1alpha1"
-KIND = "BatchBenchmark"
-PLURAL = "batchbenchmarks"
+# The resource's identity is part of the operator–runner contract; named here for the operator's modules.
+GROUP = contract.GROUP
+VERSION = contract.VERSION
+KIND = contract.KIND
+PLURAL = contract.PLURAL
 SINGULAR = "batchbenchmark"
 SHORT_NAME = "bb"
 CATEGORY = "batchmark"
-API_VERSION = f"{GROUP}/{VERSION}"
+API_VERSION = contract.API_VERSION
 
 DEFAULT_IMAGE = f"ghcr.io/batchmark/batchmark-runner:{__version__}"
 DEFAULT_METRICS_PORT = 8000

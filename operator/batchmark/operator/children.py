@@ -18,9 +18,18 @@ from batchmark.operator.api import (
     BatchBenchmarkSpec,
 )
 from batchmark.runner.config import RunConfig
+from batchmark.runner.contract import (
+    CONFIG_DIRECTORY,
+    CONFIG_KEY,
+    CONFIG_PATH,
+    ENV_NAME,
+    ENV_NAMESPACE,
+    ENV_POD,
+    ENV_TERMINATION,
+    ENV_UID,
+    TERMINATION_MESSAGE_PATH,
+)
 
-CONFIG_PATH = "/etc/batchmark/config.yaml"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 SHM_PATH = "/dev/shm"
 RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
@@ -30,13 +39,6 @@ RUNNER_UID = 1000
 # The runner container's requests where spec.resources gives neither a request nor a limit: vLLM loads the
 # model through host memory and tokenizes on the CPU; the simulated engine is one small Python process.
 DEFAULT_REQUESTS = {"vllm": {"cpu": "2", "memory": "8Gi"}, "simulated": {"cpu": "100m", "memory": "256Mi"}}
-
-# The identity the runner's status writer reads (batchmark.runner.statuswriter), set on every benchmark pod.
-ENV_NAMESPACE = "BATCHMARK_RESOURCE_NAMESPACE"
-ENV_NAME = "BATCHMARK_RESOURCE_NAME"
-ENV_UID = "BATCHMARK_RESOURCE_UID"
-ENV_POD = "BATCHMARK_POD_NAME"
-ENV_TERMINATION = "BATCHMARK_TERMINATION_MESSAGE_PATH"
 
 
 def labels(name: str) -> dict[str, str]:
@@ -97,7 +99,7 @@ def config_map(owner: Owner, config: RunConfig) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": owner.metadata(owner.config_map),
-        "data": {"config.yaml": text},
+        "data": {CONFIG_KEY: text},
     }
 
 
@@ -175,7 +177,7 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         {"name": ENV_TERMINATION, "value": TERMINATION_MESSAGE_PATH},
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": "/etc/batchmark", "readOnly": True},
+        {"name": "config", "mountPath": CONFIG_DIRECTORY, "readOnly": True},
         {"name": "dshm", "mountPath": SHM_PATH},
     ]
     volumes: list[dict[str, Any]] = [

@@ -1,57 +1,187 @@
 """``batchmark results NAME``: a finished benchmark's full report, fetched from the cluster, written as
-``batchmark run --output`` writes it (the format by each file's extension)."""
+``batchmark run --output`` writes it (the format by each file's extension).
+
+Everything the user gave is checked before the first request: the names (Kubernetes' rules), every output path,
+the kubeconfig files (read with the same bounds as a config file). The cluster's answers are then reported in one
+line each: exit code 2 for bad input, 5 when the API server cannot be reached or refuses, 4 when an output
+cannot be written after all.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from kubernetes import config
+import urllib3
+import yaml
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from pydantic import ValidationError
 from rich.console import Console
 
 from batchmark.operator.api import FINISHED_PHASES
-from batchmark.operator.kube import Kube, api_client
-from batchmark.runner.cli import EXIT_FAILED, EXIT_USAGE, UsageError
-from batchmark.runner.console import print_summary
-from batchmark.runner.outputs import write_report
+from batchmark.operator.kube import Kube
+from batchmark.operator.names import dns_label, dns_subdomain
+from batchmark.runner.config import OUTPUT_EXTENSIONS
+from batchmark.runner.configload import MAX_CONFIG_BYTES, MAX_CONFIG_EXPANDED, UsageError
+from batchmark.runner.console import print_error, print_plain, print_summary
+from batchmark.runner.contract import EXIT_CLUSTER, EXIT_OUTPUT_FAILED, EXIT_USAGE
+from batchmark.runner.outputs import output_problem, write_report
 from batchmark.runner.results import RunReport
+from batchmark.runner.safeload import DocumentError, describe_yaml_error, load_yaml
 from batchmark.runner.statuswriter import read_report_config_map
 
+# A server that accepts the connection and never answers must not hang the command; one that refuses is told at
+# once. Seconds to connect, then to read each answer.
+CONNECT_SECONDS = 5.0
+READ_SECONDS = 30.0
+RETRIES = 1
 
-def current_namespace() -> str:
-    """The namespace of the kubeconfig's current context, as kubectl picks it."""
+
+class ClusterError(Exception):
+    """The API server could not be reached or refused the request: printed as one message, exit code 5."""
+
+
+@dataclass(frozen=True)
+class Kubeconfig:
+    """Where the login comes from, as kubectl finds it: --kubeconfig, else KUBECONFIG (a list of files), else
+    ~/.kube/config; ``paths`` empty inside a pod without one (its service account)."""
+
+    option: str
+    paths: tuple[Path, ...]
+
+    @property
+    def argument(self) -> str | None:
+        return os.pathsep.join(str(path) for path in self.paths) if self.paths else None
+
+    def describe(self) -> str:
+        return f"{self.option} {', '.join(map(str, self.paths))}" if self.paths else "the pod's service account"
+
+
+def find_kubeconfig(given: str | None) -> Kubeconfig:
+    if given is not None:
+        return Kubeconfig("--kubeconfig", (Path(given),))
+    listed = [Path(part) for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
+    if listed:
+        return Kubeconfig("KUBECONFIG", tuple(listed))
+    default = Path.home() / ".kube" / "config"
+    if default.exists() or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return Kubeconfig("kubeconfig", (default,))
+    return Kubeconfig("in-cluster", ())
+
+
+def check_kubeconfig(kubeconfig: Kubeconfig) -> None:
+    """Each file readable and a YAML mapping of bounded size, so the client never meets what it would crash on."""
+    for path in kubeconfig.paths:
+        where = f"{kubeconfig.option}: {path}"
+        try:
+            with path.open("rb") as file:
+                raw = file.read(MAX_CONFIG_BYTES + 1)
+        except OSError as error:
+            raise UsageError(f"{where}: cannot read it: {error.strerror or error}") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise UsageError(f"{where}: larger than {MAX_CONFIG_BYTES // 2**20} MiB: not a kubeconfig")
+        try:
+            document = load_yaml(raw.decode("utf-8"), MAX_CONFIG_EXPANDED)
+        except UnicodeDecodeError as error:
+            raise UsageError(f"{where}: not a kubeconfig: not UTF-8 text (byte {error.start})") from None
+        except yaml.YAMLError as error:
+            raise UsageError(f"{where}: not a kubeconfig: not YAML: {describe_yaml_error(error)}") from None
+        except (DocumentError, RecursionError) as error:
+            raise UsageError(f"{where}: not a kubeconfig: {error or 'nested too deeply'}") from None
+        if not isinstance(document, dict):
+            raise UsageError(f"{where}: not a kubeconfig: it holds no mapping of clusters, users and contexts")
+
+
+def context_namespace(kubeconfig: Kubeconfig) -> str:
+    """The namespace of the kubeconfig's current context, as kubectl picks it; the pod's own inside a pod."""
+    if not kubeconfig.paths:
+        try:
+            return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip() or "default"
+        except OSError:
+            return "default"
     try:
-        _, context = config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
-    except (ConfigException, OSError):
-        return "default"
-    return str((context or {}).get("context", {}).get("namespace") or "default")
+        _, context = config.list_kube_config_contexts(config_file=kubeconfig.argument)  # type: ignore[no-untyped-call]
+    except (ConfigException, OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as error:
+        raise UsageError(f"{kubeconfig.describe()}: not a usable kubeconfig: {error}") from None
+    return str(((context or {}).get("context") or {}).get("namespace") or "default")
 
 
-def fetch_report(kube: Kube, namespace: str, name: str) -> RunReport:
-    found = kube.get_benchmark(namespace, name)
-    if found is None:
-        raise UsageError(f"no BatchBenchmark {name} in namespace {namespace}")
-    status = found.get("status") or {}
-    phase = status.get("phase")
-    if phase not in FINISHED_PHASES:
-        raise UsageError(f"{namespace}/{name} has not finished (phase {phase or 'unknown'}); wait for it first")
-    config_map_name = status.get("resultsConfigMap")
-    if not config_map_name:
-        raise UsageError(
-            f"{namespace}/{name} ended {phase} without a full report (its runner wrote no results ConfigMap);"
-            " kubectl get bb -o yaml shows the summary in status.results"
-        )
+class _BoundedApiClient(client.ApiClient):
+    """The official client with every call bounded in time (it waits forever by default)."""
+
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        timeout = _request_timeout or (CONNECT_SECONDS, READ_SECONDS)
+        return super().call_api(method, url, header_params, body, post_params, _request_timeout=timeout)
+
+
+def connect(kubeconfig: Kubeconfig) -> tuple[Kube, str]:
+    """A client logged in as kubectl would be, and the API server's address."""
+    configuration = client.Configuration()
     try:
+        if kubeconfig.paths:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig.argument, client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (ConfigException, OSError, yaml.YAMLError, KeyError, TypeError, AttributeError, ValueError) as error:
+        raise UsageError(f"{kubeconfig.describe()}: not a usable kubeconfig: {error}") from None
+    configuration.retries = RETRIES
+    return Kube(_BoundedApiClient(configuration)), str(configuration.host)
+
+
+def check_outputs(outputs: list[str]) -> None:
+    for output in outputs:
+        if not output.lower().endswith(OUTPUT_EXTENSIONS):
+            raise UsageError(f"--output: {output}: the file name must end in one of {', '.join(OUTPUT_EXTENSIONS)}")
+        problem = output_problem(Path(output))
+        if problem is not None:
+            raise UsageError(f"--output: {output}: {problem}")
+
+
+def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunReport:
+    try:
+        found = kube.get_benchmark(namespace, name)
+        if found is None:
+            raise UsageError(f"no BatchBenchmark {name} in namespace {namespace} on {server}")
+        status = found.get("status") or {}
+        phase = status.get("phase")
+        if phase not in FINISHED_PHASES:
+            raise UsageError(f"{namespace}/{name} has not finished (phase {phase or 'unknown'}); wait for it first")
+        config_map_name = status.get("resultsConfigMap")
+        if not config_map_name:
+            raise UsageError(
+                f"{namespace}/{name} ended {phase} without a full report (its runner wrote no results ConfigMap);"
+                " kubectl get bb -o yaml shows the summary in status.results"
+            )
         config_map = kube.get_config_map(namespace, config_map_name)
     except ApiException as error:
-        raise UsageError(f"cannot read ConfigMap {namespace}/{config_map_name}: {error.reason}") from None
+        raise ClusterError(f"the API server {server} refused: {error.status} {error.reason}") from None
+    except urllib3.exceptions.HTTPError as error:
+        raise ClusterError(f"cannot reach the API server {server}: {_reason(error)}") from None
     try:
         report = read_report_config_map(config_map)
-    except (ValidationError, ValueError, OSError) as error:
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "(document)"
+        raise UsageError(
+            f"ConfigMap {namespace}/{config_map_name} holds no readable report ({error.error_count()} problems; "
+            f"first: {where}: {first['msg']})"
+        ) from None
+    except (ValueError, OSError) as error:
         raise UsageError(f"ConfigMap {namespace}/{config_map_name} holds no readable report: {error}") from None
     if report is None:
         raise UsageError(
@@ -61,29 +191,41 @@ def fetch_report(kube: Kube, namespace: str, name: str) -> RunReport:
     return report
 
 
+def _reason(error: urllib3.exceptions.HTTPError) -> str:
+    """urllib3's innermost reason, without the object addresses it prints."""
+    cause: BaseException = error
+    while isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
+        cause = cause.reason
+    return str(cause).rpartition(">: ")[2] or type(cause).__name__
+
+
 def results_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    namespace = args.namespace or current_namespace()
     try:
-        try:
-            kube = Kube(api_client(os.environ.get("KUBECONFIG") if args.kubeconfig is None else args.kubeconfig))
-        except (ConfigException, OSError) as error:
-            raise UsageError(f"cannot reach the cluster: {error}") from None
-        try:
-            report = fetch_report(kube, namespace, args.name)
-        except ApiException as error:
-            console.print(f"[bold red]batchmark results: error:[/] the API server said {error.status} {error.reason}")
-            return EXIT_FAILED
-        for output in args.output:
-            try:
-                write_report(report, Path(output))
-            except (OSError, ValueError) as error:
-                raise UsageError(f"--output: cannot write {output}: {error}") from None
+        name = dns_subdomain("NAME", args.name, "a BatchBenchmark")
+        if args.namespace is not None:
+            dns_label("--namespace", args.namespace, "a namespace")
+        check_outputs(args.output)
+        kubeconfig = find_kubeconfig(args.kubeconfig)
+        check_kubeconfig(kubeconfig)
+        namespace = args.namespace or context_namespace(kubeconfig)
+        kube, server = connect(kubeconfig)
+        report = fetch_report(kube, server, namespace, name)
     except UsageError as error:
-        console.print(f"[bold red]batchmark results: error:[/] {error}", highlight=False)
+        print_error(console, "results", str(error))
         return EXIT_USAGE
+    except ClusterError as error:
+        print_error(console, "results", str(error))
+        return EXIT_CLUSTER
     if not args.output:
         print_summary(Console(), report)
+    code = 0
     for output in args.output:
-        console.print(f"wrote {output}", highlight=False)
-    return 0
+        try:
+            write_report(report, Path(output))
+        except (OSError, ValueError) as error:
+            print_error(console, "results", f"could not write {output}: {error}")
+            code = EXIT_OUTPUT_FAILED
+        else:
+            print_plain(console, f"wrote {output}")
+    return code

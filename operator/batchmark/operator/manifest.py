@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import Any
 
@@ -12,25 +11,27 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from batchmark.operator.api import API_VERSION, KIND, BatchBenchmarkSpec
-from batchmark.runner.cli import EXIT_USAGE, UsageError, load_config
+from batchmark.operator.names import dns_label
 from batchmark.runner.config import RunConfig
+from batchmark.runner.configload import UsageError, load_config
+from batchmark.runner.console import print_error
+from batchmark.runner.contract import EXIT_USAGE
 
-# A BatchBenchmark's name also names its Job and labels its pods: a DNS label.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# What a pod runs as `batchmark run` options; --output, --quiet, --metrics-address and --metrics-linger are the
+# laptop's (README, `batchmark manifest`), and the pod's own are set by the operator.
+_BENCHMARK_FIELDS = {"backend", "data", "profile", "constraints", "sweep", "slo", "cost"}
 
 
 def manifest(config: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
     """The BatchBenchmark for this run config and the pod-relevant run options."""
-    if not _DNS_LABEL.match(config.name):
-        raise UsageError(
-            f"--name: {config.name!r} cannot name a BatchBenchmark: use lower-case letters, digits and '-', "
-            "at most 63 characters, starting and ending with a letter or digit"
-        )
-    benchmark = config.model_dump(
-        mode="json", by_alias=True, exclude_none=True, include={"backend", "data", "profile", "constraints"}
-    )
+    dns_label("--name", config.name, "a BatchBenchmark")
+    if args.namespace:
+        dns_label("--namespace", args.namespace, "a namespace")
+    benchmark = config.model_dump(mode="json", by_alias=True, exclude_none=True, include=_BENCHMARK_FIELDS)
+    if not benchmark.get("slo"):
+        benchmark.pop("slo", None)  # no budget: the spec leaves it out
     spec: dict[str, Any] = {**benchmark, "sampleRequests": config.sample_requests}
-    if args.image:
+    if args.image is not None:
         spec["image"] = args.image
     metrics: dict[str, Any] = {}
     if args.metrics_port is not None:
@@ -43,7 +44,9 @@ def manifest(config: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
         BatchBenchmarkSpec.model_validate(spec)
     except ValidationError as error:  # e.g. a --pushgateway that is not a URL
         problem = error.errors()[0]
-        raise UsageError(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+        raise UsageError(
+            f"{'.'.join(map(str, problem['loc']))}: {problem['msg'].removeprefix('Value error, ')}"
+        ) from None
     metadata: dict[str, Any] = {"name": config.name}
     if args.namespace:
         metadata["namespace"] = args.namespace
@@ -56,7 +59,7 @@ def manifest_command(args: argparse.Namespace) -> int:
         config = load_config(args)
         document = manifest(config, args)
     except UsageError as error:
-        console.print(f"[bold red]batchmark manifest: error:[/] {error}", highlight=False)
+        print_error(console, "manifest", str(error))
         return EXIT_USAGE
     sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +12,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from batchmark.operator.api import PHASES
 
 RESULT_LABELS = ("namespace", "name", "model", "batch_size", "strategy", "engine")
+# One series per existing BatchBenchmark: alerts route on its namespace and name.
+BENCHMARK_LABELS = ("namespace", "name")
 RECONCILE_OUTCOMES = ("success", "error", "retry")
 # Gauge name -> the field of a status.results entry it shows.
 RESULT_GAUGES = {
@@ -25,7 +28,8 @@ RESULT_GAUGES = {
 
 
 class OperatorMetrics:
-    """Reconcile counts and durations, benchmarks by phase, and finished benchmarks' headline results."""
+    """Reconcile counts and durations, benchmarks by phase (counted, and one series each for alerts to route on),
+    failures' times, and finished benchmarks' headline results."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -48,12 +52,25 @@ class OperatorMetrics:
             ["phase"],
             registry=self.registry,
         )
+        self.phase = Gauge(
+            "batchmark_operator_benchmark_phase",
+            "1 for the phase each BatchBenchmark is in (one series per BatchBenchmark, gone with it).",
+            [*BENCHMARK_LABELS, "phase"],
+            registry=self.registry,
+        )
+        self.failed_at = Gauge(
+            "batchmark_operator_benchmark_failure_timestamp_seconds",
+            "When each failed BatchBenchmark failed (its status.completionTime), Unix seconds, by its reason.",
+            [*BENCHMARK_LABELS, "reason"],
+            registry=self.registry,
+        )
         self.results = {
             name: Gauge(name, help_text, RESULT_LABELS, registry=self.registry)
             for name, (_, help_text) in RESULT_GAUGES.items()
         }
         self._lock = threading.Lock()
         self._phases: dict[tuple[str, str], str] = {}
+        self._failures: dict[tuple[str, str], str] = {}
         self._series: dict[tuple[str, str], list[tuple[str, ...]]] = {}
         for phase in PHASES:
             self.benchmarks.labels(phase).set(0)
@@ -69,15 +86,33 @@ class OperatorMetrics:
 
     def set_phase(self, namespace: str, name: str, phase: str | None) -> None:
         with self._lock:
+            previous = self._phases.get((namespace, name))
+            if previous is not None and previous != phase:
+                self.phase.remove(namespace, name, previous)
             if phase is None:
                 self._phases.pop((namespace, name), None)
             else:
                 self._phases[(namespace, name)] = phase
+                self.phase.labels(namespace, name, phase).set(1)
             counts: dict[str, int] = dict.fromkeys(PHASES, 0)
             for current in self._phases.values():
                 counts[current] = counts.get(current, 0) + 1
             for each, count in counts.items():
                 self.benchmarks.labels(each).set(count)
+
+    def set_failure(self, namespace: str, name: str, reason: str, completion_time: str) -> None:
+        """The benchmark failed at ``completion_time`` (RFC 3339): the same time after an operator restart, so an
+        alert on it fires once per failure."""
+        try:
+            at = datetime.datetime.fromisoformat(completion_time.replace("Z", "+00:00")).timestamp()
+        except ValueError:  # the status is writable by more than the operator: never crash on it
+            return
+        with self._lock:
+            previous = self._failures.get((namespace, name))
+            if previous is not None and previous != reason:
+                self.failed_at.remove(namespace, name, previous)
+            self._failures[(namespace, name)] = reason
+            self.failed_at.labels(namespace, name, reason).set(at)
 
     def set_results(
         self, namespace: str, name: str, spec: Mapping[str, Any], results: Sequence[Mapping[str, Any]]
@@ -104,6 +139,9 @@ class OperatorMetrics:
         self.set_phase(namespace, name, None)
         with self._lock:
             self._drop(namespace, name)
+            reason = self._failures.pop((namespace, name), None)
+            if reason is not None:
+                self.failed_at.remove(namespace, name, reason)
 
     def _drop(self, namespace: str, name: str) -> None:
         for labels in self._series.pop((namespace, name), []):

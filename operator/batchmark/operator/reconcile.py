@@ -33,6 +33,7 @@ from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.positions import QueuePosition, QueuePositions
 from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.watched import ApiChildren, Children
+from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
 from batchmark.runner.summary import headline, parse_summary
 
 log = logging.getLogger(__name__)
@@ -200,14 +201,20 @@ class Reconciler:
             )
             update = build_status(observation)
             fields = {**update.fields, **(extra or {})}
+            check_status_writes("operator", fields, OPERATOR_STATUS_FIELDS)
             if update.phase in FINISHED_PHASES and not stored.get("results"):
-                fields.update(_results_from_termination_messages(pods))
+                fallback = _results_from_termination_messages(pods)
+                check_status_writes("operator", fallback, OPERATOR_FALLBACK_FIELDS)
+                fields.update(fallback)
             changed = {key: value for key, value in fields.items() if stored.get(key) != value}
             if changed:
                 self.kube.patch_status(namespace, name, changed)
             self._announce(body, update)
             self._announce_preemption(body, stored, fields)
             self.metrics.set_phase(namespace, name, update.phase)
+            completion_time = fields.get("completionTime") or stored.get("completionTime")
+            if update.phase == "Failed" and completion_time:
+                self.metrics.set_failure(namespace, name, update.reason, completion_time)
             results = fields.get("results") or stored.get("results")
             if update.phase == "Succeeded" or (update.phase in FINISHED_PHASES and results):
                 self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])

@@ -21,9 +21,9 @@ from batchmark.operator.handlers import API_CONNECTIONS, build_registry
 from batchmark.operator.kube import Kube, api_client
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.reconcile import Reconciler
+from batchmark.runner.contract import EXIT_USAGE
 
 log = logging.getLogger(__name__)
-EXIT_USAGE = 2
 _M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 MALLOC_ARENAS = 2
 

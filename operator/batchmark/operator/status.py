@@ -1,12 +1,9 @@
 """The one place that decides a BatchBenchmark's phase, reason and conditions, from its Job and pods.
 
-Writers of the status, one per field:
-- the runner (in the benchmark's pod): ``progress``, ``engine``, ``results``, ``headline``, ``runId``,
-  ``resultsConfigMap``;
-- the operator, through ``build_status`` here: ``phase``, ``reason``, ``message``, ``conditions``,
-  ``observedGeneration``, ``jobName``, ``podName``, ``nodeName``, ``startTime``, ``completionTime``,
-  ``attempts``, ``preemptions``, ``queue`` — and ``results``/``engine``/``headline`` only when
-  the run finished and the runner could not write them (then they come from the pod's termination message).
+Each status field has one writer, named in batchmark.runner.contract: the operator's fields
+(``OPERATOR_STATUS_FIELDS``) are built here, by ``build_status``; the runner writes its own from the pod
+(``RUNNER_STATUS_FIELDS``), and the operator copies them from the pod's termination message only when the run
+finished and the runner could not write them (``OPERATOR_FALLBACK_FIELDS``).
 
 Everything here is a pure function over typed views of the Kubernetes objects, tested directly.
 """
@@ -21,14 +18,13 @@ from typing import Any, Literal, cast
 from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
 from batchmark.operator.kueue import QUEUE_NAME_LABEL, WorkloadView
 from batchmark.operator.positions import QueuePosition
+from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.summary import parse_summary
 
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = ("Scheduled", "EngineLoaded", "Complete", "Failed")
 # Only on a benchmark queued through Kueue (spec.queueName).
 QUEUE_CONDITION_TYPES = ("Admitted", "Preempted")
-# The runner's exit codes (batchmark.runner.cli): 2 is bad input, 1 an engine that failed.
-_EXIT_USAGE = 2
 _MESSAGE_LIMIT = 1024
 _PREEMPTIONS_KEPT = 20  # the status schema's bound
 # A kubelet's waiting reasons for an image it cannot get (ErrImageNeverPull: absent, and imagePullPolicy Never).
@@ -366,7 +362,7 @@ def _failure(job: JobView, pod: PodView | None) -> tuple[Phase, str, str]:
     told = _runner_message(pod.termination_message) if pod is not None and pod.termination_message else ""
     if pod is not None and pod.terminated_reason == "OOMKilled":
         return "Failed", "OOMKilled", "the runner ran out of memory (raise spec.resources.limits.memory)"
-    if pod is not None and pod.exit_code == _EXIT_USAGE:
+    if pod is not None and pod.exit_code == EXIT_USAGE:
         return "Failed", "InvalidConfig", told or "the runner refused its configuration"
     if pod is not None and pod.exit_code is not None and told:
         return "Failed", "EngineError", told

@@ -16,7 +16,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     shutdown = Shutdown.install()
     from batchmark.runner import cli  # noqa: PLC0415 - deliberately after the handlers
 
-    return cli.main(argv, shutdown=shutdown)
+    code = cli.main(argv, shutdown=shutdown)
+    shutdown.ignore_from_now_on()
+    return code
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from batchmark.runner.config import parse_slo_name
 from batchmark.runner.results import (
@@ -135,7 +134,3 @@ def _missed(result: BenchmarkResult) -> str:
         for target in missed
     ]
     return f", which missed {', '.join(parts)}" if parts else ""
-
-
-def sweep_values_text(swept: Mapping[str, Any]) -> str:
-    return ", ".join(f"{name}={value}" for name, value in swept.items())

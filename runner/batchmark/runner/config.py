@@ -10,7 +10,16 @@ import logging
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -43,6 +52,18 @@ MAX_SAMPLES = 1_000_000
 MAX_ERROR_WINDOW = 1_000_000
 # A rate beyond this issues every request at once: use the throughput profile.
 MAX_RATE = 1e9
+# Per-request records are kept in memory and in every output; a BatchBenchmark's results ConfigMap holds 1 MiB.
+MAX_SAMPLE_REQUESTS = 10_000
+# A run of more benchmarks than this (sweep points times the profile's benchmarks) is refused: each one is a
+# full benchmark under the constraints, and a grid with a rate sweep grows multiplicatively.
+MAX_SWEEP_BENCHMARKS = 64
+MAX_CONSTRAINTS = 10
+# A sweep point's warm-up is submitted at once: its requests are in memory together. A warm-up fills caches and
+# compiles kernels; a few hundred requests do that.
+MAX_SWEEP_WARMUP_REQUESTS = 100_000
+# Prices and counts beyond these are typing mistakes, and would overflow the cost arithmetic to infinity.
+MAX_GPU_COST_PER_HOUR = 1e9
+MAX_GPUS = 100_000
 
 
 # --- engine and backend -------------------------------------------------------------------------------------
@@ -359,7 +380,12 @@ class SweepProfileConfig(_ProfileBase):
     """Synchronous, then throughput, then rates spread evenly between their request rates."""
 
     kind: Literal["sweep"] = Field(description="Profile type.")
-    sweep_size: int = Field(default=10, ge=2, description="Benchmarks in all, synchronous and throughput included.")
+    sweep_size: int = Field(
+        default=10,
+        ge=2,
+        le=MAX_SWEEP_BENCHMARKS,
+        description=f"Benchmarks in all, synchronous and throughput included (at most {MAX_SWEEP_BENCHMARKS}).",
+    )
     strategy: Literal["constant", "poisson"] = Field(
         default="constant", description="Arrival process of the rate benchmarks."
     )
@@ -433,9 +459,6 @@ ConstraintConfig = Annotated[
 
 # Backend fields the engine worker applies without touching the loaded engine: sweeping them costs no reload.
 WORKER_FIELDS = ("batch_size", "batch_timeout", "dispatch")
-# A run of more benchmarks than this (sweep points times the profile's benchmarks) is refused: each one is a
-# full benchmark under the constraints, and a grid with a rate sweep grows multiplicatively.
-MAX_SWEEP_BENCHMARKS = 64
 MAX_SWEEP_FIELDS = 2
 
 
@@ -465,6 +488,7 @@ class SweepConfig(ConfigModel):
     warmup_requests: int = Field(
         default=0,
         ge=0,
+        le=MAX_SWEEP_WARMUP_REQUESTS,
         description="Requests run through the engine before each sweep point and left out of every result.",
     )
 
@@ -509,6 +533,13 @@ class SweepConfig(ConfigModel):
         for name, values in self.axes():
             combinations = [{**combination, name: value} for combination in combinations for value in values]
         return combinations
+
+
+def _problems(error: ValidationError) -> str:
+    """A validation error in one line: each field and what is wrong with it, without pydantic's dump."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or '(value)'}: {problem['msg']}" for problem in error.errors()
+    )
 
 
 def apply_overrides(backend: BackendConfig, values: dict[str, Any]) -> BackendConfig:
@@ -563,12 +594,19 @@ def parse_slo_name(name: str) -> tuple[str, str]:
 class CostConfig(ConfigModel):
     """What the GPUs cost, to price each benchmark's throughput."""
 
-    gpu_cost_per_hour: float = Field(gt=0, description="Price of one GPU for one hour, in any currency.")
+    gpu_cost_per_hour: float = Field(
+        gt=0, le=MAX_GPU_COST_PER_HOUR, description="Price of one GPU for one hour, in any currency."
+    )
     gpus: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_GPUS,
         description="GPUs the engine occupies (default: vllm_config tensor_parallel_size x pipeline_parallel_size).",
     )
+
+
+# A Kubernetes label value: the name labels the metrics and the pod.
+NAME_PATTERN = r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$"
 
 
 # --- the whole run ------------------------------------------------------------------------------------------
@@ -579,7 +617,7 @@ class RunConfig(ConfigModel):
 
     name: str = Field(
         default="benchmark",
-        pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$",
+        pattern=NAME_PATTERN,
         description=(
             "Name of the benchmark, used in labels and file names: a Kubernetes label value (letters, digits,"
             " '-', '_' and '.', at most 63 characters, starting and ending with a letter or digit)."
@@ -589,10 +627,15 @@ class RunConfig(ConfigModel):
     data: DataConfig = Field(description="The requests to send.")
     profile: ProfileConfig = Field(description="When to send them.")
     constraints: list[ConstraintConfig] = Field(
-        default_factory=list, description="When each benchmark stops; at least one must bound it."
+        default_factory=list,
+        max_length=MAX_CONSTRAINTS,
+        description="When each benchmark stops; at least one must bound it.",
     )
     sample_requests: int = Field(
-        default=20, ge=0, description="Per-request records kept in the results (memory stays bounded)."
+        default=20,
+        ge=0,
+        le=MAX_SAMPLE_REQUESTS,
+        description="Per-request records kept in the results (memory stays bounded).",
     )
     outputs: list[str] = Field(
         default_factory=list,
@@ -612,6 +655,17 @@ class RunConfig(ConfigModel):
     )
     cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
 
+    @field_validator("name", mode="before")
+    @classmethod
+    def _label_value(cls, name: Any) -> Any:
+        """The rule in words, before pydantic's check would print the pattern."""
+        if isinstance(name, str) and not re.fullmatch(NAME_PATTERN, name):
+            raise ValueError(
+                f"{name!r} is not a label value: use letters, digits, '-', '_' and '.', at most 63 characters,"
+                " starting and ending with a letter or digit"
+            )
+        return name
+
     @field_validator("outputs")
     @classmethod
     def _known_extensions(cls, outputs: list[str]) -> list[str]:
@@ -623,32 +677,40 @@ class RunConfig(ConfigModel):
     @field_validator("slo")
     @classmethod
     def _known_targets(cls, slo: dict[str, float]) -> dict[str, float]:
+        spelling: dict[tuple[str, str], str] = {}
         for name, target in slo.items():
-            parse_slo_name(name)
+            statistic = parse_slo_name(name)
+            if statistic in spelling:
+                raise ValueError(f"{spelling[statistic]} and {name} name the same statistic; give one target for it")
+            spelling[statistic] = name
             if not target > 0:
                 raise ValueError(f"{name}: the target must be a positive number of seconds, got {target}")
         return slo
 
-    @model_validator(mode="after")
-    def _sweep_is_bounded_and_valid(self) -> RunConfig:
-        if self.sweep is None:
-            return self
-        points = self.sweep.points()
-        per_point = self.profile.sweep_size if isinstance(self.profile, SweepProfileConfig) else 1
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_is_bounded_and_valid(cls, sweep: SweepConfig | None, info: ValidationInfo) -> SweepConfig | None:
+        """Checked as the sweep's own field (after backend and profile, which it needs), so that a problem is
+        reported as the sweep's."""
+        backend, profile = info.data.get("backend"), info.data.get("profile")
+        if sweep is None or backend is None or profile is None:
+            return sweep
+        points = sweep.points()
+        per_point = profile.sweep_size if isinstance(profile, SweepProfileConfig) else 1
         if len(points) * per_point > MAX_SWEEP_BENCHMARKS:
-            sizes = " x ".join(f"{len(values)} {name}" for name, values in self.sweep.axes())
-            profile = f" x {per_point} benchmarks of the sweep profile" if per_point > 1 else ""
+            sizes = " x ".join(f"{len(values)} {name}" for name, values in sweep.axes())
+            in_profile = f" x {per_point} benchmarks of the sweep profile" if per_point > 1 else ""
             raise ValueError(
-                f"sweep: {sizes}{profile} = {len(points) * per_point} benchmarks, more than the limit of"
+                f"{sizes}{in_profile} = {len(points) * per_point} benchmarks, more than the limit of"
                 f" {MAX_SWEEP_BENCHMARKS}; sweep fewer values or lower profile.sweep_size"
             )
         for point in points:
             try:
-                apply_overrides(self.backend, point)
-            except ValueError as error:
+                apply_overrides(backend, point)
+            except ValidationError as error:
                 values = ", ".join(f"{name}={value!r}" for name, value in point.items())
-                raise ValueError(f"sweep: the backend is not valid with {values}: {error}") from None
-        return self
+                raise ValueError(f"the backend is not valid with {values}: {_problems(error)}") from None
+        return sweep
 
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ import yaml
 
 from batchmark.runner.htmlreport.render import render_report
 from batchmark.runner.results import Distributions, RunReport
+from batchmark.runner.safeload import load_json, load_yaml
 
 _CSV_EXCLUDED: dict[str, Any] = {
     "timeline": True,
@@ -100,9 +100,18 @@ def _same_file(first: Path, second: Path) -> bool:
         return first.absolute() == second.absolute()
 
 
+# What `run` writes has no aliases; a results file whose aliases multiply it more than this is not one.
+REPORT_EXPANSION = 4
+
+
 def load_report(path: Path) -> RunReport:
+    """A results file as `run --output` wrote it; DocumentError (a ValueError) for YAML aliases that would expand
+    it past a few times its size, or a key given twice."""
     text = path.read_text(encoding="utf-8")
-    data: Any = yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml") else json.loads(text)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        data: Any = load_yaml(text, REPORT_EXPANSION * len(text) + 2**20)
+    else:
+        data = load_json(text)
     return RunReport.model_validate(data)
 
 

@@ -80,6 +80,15 @@ class Shutdown:
             signal.signal(number, handler)
         self._previous.clear()
 
+    def ignore_from_now_on(self) -> None:
+        """Ignore SIGINT and SIGTERM for the rest of the process, once its outcome is decided. When the interpreter
+        exits it puts the default handlers back in place of Python ones, and a Ctrl-C then would end the process by
+        the signal (a parent sees -2, not 130) after the results were written; an ignored signal stays ignored."""
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(number, signal.SIG_IGN)
+        self._previous.clear()
+
     def _handle(self, number: int, frame: FrameType | None) -> None:
         self.received += 1
         if self.signal is None:

@@ -1,8 +1,9 @@
 """The run's status writer: one more observer, switched on inside a BatchBenchmark's pod by its environment.
 
-The operator sets the resource's identity in the pod's environment (BATCHMARK_RESOURCE_NAMESPACE, _NAME, _UID,
-BATCHMARK_POD_NAME, BATCHMARK_TERMINATION_MESSAGE_PATH; BATCHMARK_RESULTS_CONFIGMAP overrides the results
-ConfigMap's name, ``<pod>-results`` by default). With them, this writer
+The operator sets the resource's identity in the pod's environment (``POD_ENVIRONMENT`` of
+batchmark.runner.contract, which also names the status fields this side writes; BATCHMARK_RESULTS_CONFIGMAP,
+which it does not set, overrides the results ConfigMap's name, ``<pod>-results`` by default). With them, this
+writer
 
 - patches ``status.progress`` (and ``status.engine`` once it is loaded), a few seconds apart, from a thread of
   its own so that the benchmark's loop never waits on the API server;
@@ -32,6 +33,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from batchmark.runner.contract import (
+    COMPRESSED_REPORT_KEY,
+    ENV_NAME,
+    ENV_NAMESPACE,
+    ENV_POD,
+    ENV_RESULTS,
+    ENV_TERMINATION,
+    ENV_UID,
+    GROUP,
+    KIND,
+    PLURAL,
+    REPORT_KEY,
+    RUNNER_STATUS_FIELDS,
+    VERSION,
+    check_status_writes,
+)
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.events import Progress, RunObserver
 from batchmark.runner.profiles import Strategy
@@ -47,23 +64,11 @@ from batchmark.runner.summary import (
 
 log = logging.getLogger(__name__)
 
-GROUP = "batchmark.dev"
-VERSION = "v1alpha1"
-PLURAL = "batchbenchmarks"
-KIND = "BatchBenchmark"
-ENV_NAMESPACE = "BATCHMARK_RESOURCE_NAMESPACE"
-ENV_NAME = "BATCHMARK_RESOURCE_NAME"
-ENV_UID = "BATCHMARK_RESOURCE_UID"
-ENV_RESULTS = "BATCHMARK_RESULTS_CONFIGMAP"
-ENV_POD = "BATCHMARK_POD_NAME"
-ENV_TERMINATION = "BATCHMARK_TERMINATION_MESSAGE_PATH"
 
 PROGRESS_INTERVAL_SECONDS = 3.0
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
 # A ConfigMap holds at most 1 MiB; keys and metadata need a little of it.
 CONFIG_MAP_LIMIT = 1_000_000
-REPORT_KEY = "report.json"
-COMPRESSED_REPORT_KEY = "report.json.gz"
 MERGE_PATCH = "application/merge-patch+json"
 _RETRIED_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 
@@ -313,6 +318,7 @@ class StatusWriter(RunObserver):
 
     def _patch_status(self, api: StatusApi, fields: Mapping[str, Any]) -> None:
         """Patch on the version just read, so a write never lands on a resource it did not see (409: again)."""
+        check_status_writes("runner", fields, RUNNER_STATUS_FIELDS)
         current = api.read_status(self.target)
         metadata = current.get("metadata") or {}
         if self.target.uid and metadata.get("uid") not in (None, self.target.uid):

@@ -1,4 +1,4 @@
-"""The real helm (built by tests/cluster/setup) over charts/batchmark, for tests that need no cluster."""
+"""The real helm (built by scripts/setup/cluster.sh) over charts/batchmark, for tests that need no cluster."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ MONITORING_APIS = (
 def helm_binary() -> Path:
     binary = cache_directory() / f"helm-{helm_version()}" / "helm"
     if not os.access(binary, os.X_OK):
-        message = f"helm is not built ({binary}): run tests/cluster/setup"
+        message = f"helm is not built ({binary}): run scripts/setup/cluster.sh"
         if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
             pytest.fail(message)
         pytest.skip(message)

@@ -14,10 +14,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from batchmark.operator.api import OperatorDefaults
+from batchmark.operator import children
+from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.operator.rbac import OPERATOR_RULES
+from batchmark.operator.service import load_defaults
 from dashboards.build import CHART_DASHBOARDS
-from tests.integration.chart.helm import CHART, NAMESPACE, ROOT, VALUES, find, helm, render
+from tests.integration.chart.helm import CHART, NAMESPACE, ROOT, VALUES, find, helm, render, template_arguments
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +193,8 @@ def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
     OperatorDefaults.model_validate(custom)  # what the operator reads with --defaults (unknown keys refused)
     OperatorDefaults.model_validate(defaults_file(render()))
     assert custom == {
-        "image": "registry.example.com:5000/ml/batchmark-runner:0.1.0-cuda12",
+        "image": "registry.example.com:5000/ml/batchmark-runner@sha256:"
+        "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
         "imagePullPolicy": "Always",
         "imagePullSecrets": [{"name": "registry-credentials"}],
         "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "64Gi"}, "requests": {"cpu": "8", "memory": "32Gi"}},
@@ -224,6 +227,69 @@ def test_custom_images_and_digests() -> None:
     assert pod["serviceAccountName"] == "batchmark-operator"
 
 
+def test_a_runner_image_pinned_by_digest_is_what_benchmark_jobs_run(tmp_path: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    documents = render(
+        sets=["benchmarkDefaults.image.repository=registry.example/runner", f"benchmarkDefaults.image.digest={digest}"]
+    )
+    (configmap,) = find(documents, "ConfigMap", "-defaults")
+    path = tmp_path / "defaults.yaml"
+    path.write_text(configmap["data"]["defaults.yaml"])
+    defaults = load_defaults(path)  # as the operator reads its --defaults file
+    spec = BatchBenchmarkSpec.model_validate(
+        {
+            "backend": {"model": "Qwen/Qwen3-0.6B"},
+            "data": {"promptTokens": 16, "outputTokens": 8},
+            "profile": {"kind": "throughput"},
+            "constraints": [{"kind": "max_requests", "count": 10}],
+        }
+    )
+    job = children.job(children.Owner("team", "pinned", "uid-1"), defaults.apply(spec))
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"registry.example/runner@{digest}"
+
+
+def test_openshift_values_leave_the_ids_to_the_platform() -> None:
+    def ids(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        (deployment,) = find(documents, "Deployment")
+        (test_pod,) = find(documents, "Pod", "-test")
+        pods = [deployment["spec"]["template"]["spec"], test_pod["spec"]]
+        return [
+            context for pod in pods for context in (pod["securityContext"], pod["containers"][0]["securityContext"])
+        ]
+
+    fixed = ids(render())
+    deployment_pod, deployment_container, test_pod, _ = fixed
+    assert {key: deployment_pod[key] for key in ("runAsUser", "runAsGroup", "fsGroup")} == {
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+    }
+    assert deployment_container["runAsUser"] == test_pod["runAsUser"] == 10001
+    for context in ids(render([VALUES / "openshift.yaml"])):
+        assert not {"runAsUser", "runAsGroup", "fsGroup"} & context.keys(), context
+        assert context["runAsNonRoot"] is True
+    (deployment,) = find(render([VALUES / "openshift.yaml"]), "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
+
+
+def test_alerts_need_a_job_that_scrapes_the_operator() -> None:
+    """A PrometheusRule without the ServiceMonitor (or a job named instead) has no operator series to watch, and
+    BatchmarkOperatorDown would fire for ever: refused, with the values that fix it."""
+    refused = helm(*template_arguments(sets=["monitoring.prometheusRule.enabled=true"], monitoring=True))
+    assert refused.returncode != 0
+    assert "monitoring.serviceMonitor.enabled" in refused.stderr
+    assert "alerts.operatorJob" in refused.stderr
+    documents = render(
+        sets=["monitoring.prometheusRule.enabled=true", "alerts.operatorJob=kubernetes-service-endpoints"],
+        monitoring=True,
+    )
+    (rule,) = find(documents, "PrometheusRule")
+    expressions = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert all('job="kubernetes-service-endpoints"' in expr for expr in expressions)
+    assert not find(documents, "ServiceMonitor")
+
+
 def test_the_crd_is_kept_on_uninstall_and_is_the_generated_one() -> None:
     (crd,) = find(render(), "CustomResourceDefinition")
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
@@ -248,7 +314,10 @@ BAD_VALUES = [
     (["operator.image.digest=latest"], "operator/image/digest"),
     (["operator.watchNamespaces={Team_A}"], "operator/watchNamespaces/0"),
     (["operator.replicas=2"], "replicas"),
+    (["benchmarkDefaults.image.digest=latest"], "benchmarkDefaults/image/digest"),
     (["benchmarkDefaults.modelCache.mountPath=models"], "benchmarkDefaults/modelCache/mountPath"),
+    (["operator.securityContext.runAsUser=0"], "operator/securityContext/runAsUser"),
+    (["alerts.failedFiresFor=1h30m"], "alerts/failedFiresFor"),
     (["benchmarkDefaults.imagePullSecrets=oops"], "benchmarkDefaults/imagePullSecrets"),
     (["benchmarkDefaults.resources.limits.memory=lots"], "benchmarkDefaults/resources/limits/memory"),
     (["alerts.schedulingFor=30 minutes"], "alerts/schedulingFor"),

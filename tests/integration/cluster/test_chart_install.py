@@ -35,6 +35,7 @@ NAMESPACE = "batchmark-system"
 BENCHMARKS = "benchmarks"
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 GRAFANA_VARIABLES = {"__rate_interval": "1m", "__range": "10m", "datasource": "prometheus"}
+RUNNER_DIGEST = "sha256:" + "5e" * 32
 
 
 @dataclass
@@ -87,7 +88,7 @@ def wait_succeeded(installed: Installed, name: str) -> dict[str, Any]:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     binaries = required_binaries()
     if binaries.helm is None:
-        pytest.fail("helm is not built: run tests/cluster/setup")
+        pytest.fail("helm is not built: run scripts/setup/cluster.sh")
     cluster = ControlPlane(tmp_path_factory.mktemp("chart-cluster"), binaries)
     metrics_port, health_port = free_port(), free_port()
     try:
@@ -170,7 +171,8 @@ def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed,
     (before,) = installed.operator_pods()
     upgraded = installed.cluster.helm(
         "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
-        "--set", "benchmarkDefaults.image.tag=upgraded", "--wait", "--timeout", "3m",
+        "--set", "benchmarkDefaults.image.tag=upgraded", "--set", f"benchmarkDefaults.image.digest={RUNNER_DIGEST}",
+        "--wait", "--timeout", "3m",
         check=False,
     )  # fmt: skip
     assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
@@ -186,11 +188,12 @@ def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed,
     assert (
         after["metadata"]["annotations"]["checksum/defaults"] != before["metadata"]["annotations"]["checksum/defaults"]
     )
-    # The new operator reads the new defaults: a benchmark applied now gets the upgraded runner image.
+    # The new operator reads the new defaults: a benchmark applied now runs the runner image pinned by digest
+    # (which wins over the tag).
     apply_example(installed.cluster, tmp_path, "chart-after-upgrade", 16)
     wait_succeeded(installed, "chart-after-upgrade")
     job = installed.kubectl_json("get", "job", "chart-after-upgrade", "-n", BENCHMARKS)
-    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "batchmark-runner:upgraded"
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == f"batchmark-runner@{RUNNER_DIGEST}"
 
 
 def test_helm_uninstall_leaves_only_the_crd_and_the_benchmarks(installed: Installed) -> None:

@@ -377,7 +377,7 @@ def test_helm_installs_a_chart_whose_deployment_becomes_ready(
     kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
 ) -> None:
     if kube_cluster.binaries.helm is None:
-        pytest.skip("helm is not built; tests/cluster/build builds it")
+        pytest.skip("helm is not built; scripts/setup/cluster-binaries.sh builds it")
     chart = tmp_path / "chart"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: sleeper\nversion: 0.1.0\n")

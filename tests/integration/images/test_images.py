@@ -50,6 +50,8 @@ def build(target: str, base: str, wheelhouse: str) -> str:
     tag = f"localhost/batchmark-{target}:test"
     built = podman(
         "build",
+        "--file",
+        "docker/Dockerfile",
         "--isolation",
         "chroot",
         "--target",

@@ -3,6 +3,7 @@ whose pods the node agent runs on fake GPU nodes; the runner in them writes the 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner.outputs import load_report
 from batchmark.runner.statuswriter import read_report_config_map
@@ -176,6 +178,18 @@ def test_lifecycle_columns_wait_events_and_results(
     )
 
 
+def operator_series(
+    operator: OperatorProcess, name: str, labels: dict[str, str]
+) -> dict[frozenset[tuple[str, str]], float]:
+    """The operator's samples of one series name whose labels include ``labels``."""
+    return {
+        frozenset(sample.labels.items()): sample.value
+        for family in text_string_to_metric_families(operator.metrics())
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    }
+
+
 def _job_gone(cluster: KubeCluster, namespace: str, name: str) -> bool:
     jobs = BatchV1Api(cluster.api_client()).list_namespaced_job(namespace).items
     config_maps = (
@@ -216,6 +230,8 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
             *("--backend", "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated,simulation.time_scale=0.02"),
             *("--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=8"),
             *("--profile", "kind=concurrent,streams=4", "--constraint", "kind=max_requests,count=30"),
+            # What a laptop run adds; the manifest must carry it into the pod, not drop it.
+            *("--sweep", "batch_size=2,4", "--slo", "request_latency_p99=60", "--gpu-cost-per-hour", "2"),
         ],
         capture_output=True,
         text=True,
@@ -226,7 +242,11 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
     assert result.returncode == 0, result.stderr
     found = wait_for_phase(cluster, kube_namespace, "from-manifest", {"Succeeded", "Failed"})
     assert found["status"]["phase"] == "Succeeded", found["status"]
-    assert found["status"]["results"][0]["requests"]["completed"] == 30
+    results = found["status"]["results"]
+    assert [entry["requests"]["completed"] for entry in results] == [30, 30]  # one benchmark per sweep point
+    assert [entry["swept"] for entry in results] == [{"batch_size": 2}, {"batch_size": 4}]
+    assert all(entry["sloMet"] is True for entry in results)  # a 60 s budget, on a simulated engine
+    assert all(entry["costPerMillionOutputTokens"] > 0 for entry in results)
 
 
 def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
@@ -242,6 +262,21 @@ def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
     assert failed["status"]["reason"] == "InvalidConfig"
     assert "tensor_parallel_size" in failed["status"]["message"]
     assert BatchV1Api(cluster.api_client()).list_namespaced_job(kube_namespace).items == []
+    # The series the chart's BatchBenchmarkFailed alert routes on: its namespace, name, reason and time.
+    failed_at = datetime.datetime.fromisoformat(failed["status"]["completionTime"].replace("Z", "+00:00"))
+    ours = {"namespace": kube_namespace, "name": "broken"}
+    failure = {**ours, "reason": "InvalidConfig"}
+    wait_for(
+        "the failure's series",
+        lambda: (
+            operator_series(batchmark_operator, "batchmark_operator_benchmark_failure_timestamp_seconds", ours)
+            == {frozenset(failure.items()): failed_at.timestamp()}
+        ),
+        30,
+    )
+    assert operator_series(batchmark_operator, "batchmark_operator_benchmark_phase", ours) == {
+        frozenset({**ours, "phase": "Failed"}.items()): 1
+    }
     batchmark_operator.assert_alive()
     apply(cluster, kube_namespace, short_run("fine"))
     assert wait_for_phase(cluster, kube_namespace, "fine", {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from batchmark.operator import fetch
 from batchmark.runner.cli import main
 from batchmark.runner.engines.engine_args import vllm_engine_arg_names
 from tests.integration.runner.harness import (
@@ -38,6 +40,13 @@ def cli(argv: list[str]) -> int:
         return main(argv)
     except SystemExit as exit_:  # argparse's own errors
         return int(exit_.code or 0)
+
+
+def assert_no_dump(message: str) -> None:
+    """The message is batchmark's own: no traceback, no library's validation dump."""
+    assert "Traceback" not in message, message
+    assert "errors.pydantic.dev" not in message, message
+    assert "input_value=" not in message, message
 
 
 def nested_json(depth: int) -> str:
@@ -219,7 +228,104 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
         ["--output", "run.yaml", "also an input"],
     ),
     "output of an unknown kind": (lambda t: run_args(outputs=[t / "r.txt"]), ["--output", "r.txt"]),
+    # Sizes that multiply into a run no machine holds: refused before any work, not a MemoryError after it.
+    "sweep warm-up of 10**12 requests": (
+        lambda t: run_args(extra=["--sweep", "batch_size=4,8", "--sweep-warmup", "1000000000000"]),
+        ["--sweep-warmup", "warmup_requests"],
+    ),
+    "sweep profile of 10**12 benchmarks": (
+        lambda t: run_args(profile="kind=sweep,sweep_size=1000000000000"),
+        ["--profile", "sweep_size"],
+    ),
+    "sweep profile of 10**12 benchmarks with a sweep": (
+        lambda t: run_args(profile="kind=sweep,sweep_size=1000000000000", extra=["--sweep", "batch_size=4,8"]),
+        ["--profile", "sweep_size"],
+    ),
+    "10**12 sample requests": (lambda t: run_args(extra=["--sample-requests", "1000000000000"]), ["--sample-requests"]),
+    "eleven constraints": (
+        lambda t: run_args(extra=[arg for _ in range(10) for arg in ("--constraint", "kind=max_errors,count=1")]),
+        ["--constraint", "at most 10"],
+    ),
+    "YAML alias bomb in a config file": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", alias_bomb()))],
+        ["--config", "run.yaml", "aliases"],
+    ),
+    "YAML alias that holds itself": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", "backend: &loop {model: m, simulation: *loop}\n"))],
+        ["--config", "run.yaml", "itself"],
+    ),
+    "config file beyond 1 MiB": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", "# padding\n" * 120_000))],
+        ["--config", "run.yaml", "MiB"],
+    ),
+    # Two values for one thing: refused, never the last one silently kept.
+    "one key twice in a YAML mapping": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", config_text(t) + "name: a\nname: b\n"))],
+        ["--config", "name", "twice"],
+    ),
+    "one key twice in a nested YAML mapping": (
+        lambda t: [
+            "run",
+            "--config",
+            str(write(t / "run.yaml", config_text(t).replace("  model: m\n", "  model: m\n  model: n\n"))),
+        ],
+        ["--config", "model", "twice"],
+    ),
+    "one key twice in a JSON object": (
+        lambda t: ["run", "--config", str(write(t / "run.json", '{"name": "a", "name": "b"}'))],
+        ["--config", "name", "twice"],
+    ),
+    "one field swept twice": (
+        lambda t: run_args(extra=["--sweep", "batch_size=4,8", "--sweep", "batch_size=16"]),
+        ["--sweep", "batch_size", "twice"],
+    ),
+    "one field swept twice in two spellings": (
+        lambda t: run_args(extra=["--sweep", "batch_size=4,8", "--sweep", "batchSize=16"]),
+        ["--sweep", "batch_size", "twice"],
+    ),
+    "one vLLM argument swept twice": (
+        lambda t: run_args(extra=["--sweep", "vllm_config.max_num_seqs=4", "--sweep", "vllm_config.max_num_seqs=8"]),
+        ["--sweep", "vllm_config.max_num_seqs", "twice"],
+    ),
+    "one SLO statistic in two spellings": (
+        lambda t: run_args(extra=["--slo", "ttft_p95=1,ttftP95=2"]),
+        ["--slo", "ttft_p95", "ttftP95", "same"],
+    ),
+    "one SLO statistic by two names": (
+        lambda t: run_args(extra=["--slo", "tpot_p50=1,time_per_output_token_median=2"]),
+        ["--slo", "tpot_p50", "time_per_output_token_median", "same"],
+    ),
+    # One line naming the option and the field, never a library's dump.
+    "swept value beyond its bound": (
+        lambda t: run_args(extra=["--sweep", "batch_timeout=1e300,1"]),
+        ["--sweep", "batch_timeout", "1e+300"],
+    ),
+    "swept vLLM argument the engine refuses": (
+        lambda t: run_args(extra=["--sweep", "vllm_config.max_num_seqs=0,8"]),
+        ["--sweep", "vllm_config.max_num_seqs", "0"],
+    ),
+    "swept request format that is not text": (
+        lambda t: run_args(extra=["--sweep", "request_format=[1,2]"]),
+        ["--sweep", "request_format"],
+    ),
+    "absurd GPU price": (lambda t: run_args(extra=["--gpu-cost-per-hour", "1e308"]), ["--gpu-cost-per-hour"]),
+    "infinite GPU price": (lambda t: run_args(extra=["--gpu-cost-per-hour", "inf"]), ["--gpu-cost-per-hour"]),
+    "10**21 GPUs": (
+        lambda t: run_args(extra=["--gpu-cost-per-hour", "2", "--gpus", "1000000000000000000000"]),
+        ["--gpus"],
+    ),
 }
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """ "Billion laughs": each level refers to the one before ten times; under 1 kB, 10**9 nodes expanded."""
+    lines = ['a0: &a0 ["lol"]']
+    lines += [f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 10)}]" for level in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def config_text(tmp_path: Path) -> str:
+    return config_file(tmp_path).read_text()
 
 
 @pytest.mark.parametrize("case", list(RUN_CASES))
@@ -238,7 +344,7 @@ def test_run_refuses_bad_input(
     message = " ".join(capsys.readouterr().err.split())
     for text in named:
         assert text in message, message
-    assert "Traceback" not in message
+    assert_no_dump(message)
     assert sorted(path.name for path in tmp_path.iterdir()) == before  # nothing written
     assert set(children(os.getpid())) - children_before == set()  # no engine was started
 
@@ -297,6 +403,14 @@ REPORT_CASES: dict[str, tuple[Callable[[Path, Path], list[str]], list[str]]] = {
     "report of something else": (
         lambda t, r: ["report", str(write(t / "other.json", '{"a": 1}')), "-o", str(t / "o.html")],
         ["other.json", "not a batchmark results file"],
+    ),
+    "report of a YAML alias bomb": (
+        lambda t, r: ["report", str(write(t / "bomb.yaml", alias_bomb())), "-o", str(t / "o.html")],
+        ["bomb.yaml", "aliases"],
+    ),
+    "report of a JSON object with a key twice": (
+        lambda t, r: ["report", str(write(t / "twice.json", '{"name": "a", "name": "b"}')), "-o", str(t / "o.html")],
+        ["twice.json", "'name' twice"],
     ),
     "compare over its second input": (
         lambda t, r: ["compare", str(r), str(shutil.copy(r, t / "b.json")), "-o", str(t / "b.json")],
@@ -389,3 +503,195 @@ def test_a_sensible_nested_vllm_config_still_passes(tmp_path: Path) -> None:
     config.write_text(json.dumps(data))
     assert cli(["run", "--quiet", "--config", str(config), "--output", str(output)]) == 0
     assert read_results(output)["config"]["backend"]["vllm_config"]["compilation_config"]["level"] == 0
+
+
+# `batchmark manifest` takes run's options and Kubernetes names: each refused with one line, nothing printed on
+# stdout (where `| kubectl apply -f -` would read it), user text printed as written.
+MANIFEST_CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
+    "name that is markup": (lambda t: [*run_args(), "--name", "[/x]"], ["--name", "'[/x]'"]),
+    "name with a closing tag only": (lambda t: [*run_args(), "--name", "[/]"], ["--name", "'[/]'"]),
+    "name in capitals": (lambda t: [*run_args(), "--name", "Bench"], ["--name", "'Bench'", "lower-case"]),
+    "name of 64 characters": (lambda t: [*run_args(), "--name", "b" * 64], ["--name", "63 characters"]),
+    "name that is no label value": (lambda t: [*run_args(), "--name", "a b"], ["--name", "'a b'", "63 characters"]),
+    "namespace that is markup": (lambda t: [*run_args(), "--namespace", "[/x]"], ["--namespace", "'[/x]'"]),
+    "namespace with an underscore": (lambda t: [*run_args(), "-n", "team_a"], ["--namespace", "'team_a'"]),
+    "namespace that is a path": (lambda t: [*run_args(), "-n", "../kube-system"], ["--namespace", "../kube-system"]),
+    "sweep warm-up of 10**12 requests": (
+        lambda t: run_args(extra=["--sweep", "batch_size=4,8", "--sweep-warmup", "1000000000000"]),
+        ["--sweep-warmup", "warmup_requests"],
+    ),
+    "one SLO statistic in two spellings": (
+        lambda t: run_args(extra=["--slo", "ttft_p95=1,ttftP95=2"]),
+        ["--slo", "ttft_p95", "ttftP95"],
+    ),
+    "absurd GPU price": (lambda t: run_args(extra=["--gpu-cost-per-hour", "1e308"]), ["--gpu-cost-per-hour"]),
+    "YAML alias bomb in a config file": (
+        lambda t: ["run", "--config", str(write(t / "run.yaml", alias_bomb()))],
+        ["--config", "aliases"],
+    ),
+    "empty image": (lambda t: [*run_args(), "--image", ""], ["image"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MANIFEST_CASES))
+def test_manifest_refuses_bad_input_and_prints_no_manifest(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_args, named = MANIFEST_CASES[case]
+    assert cli(["manifest", *make_args(tmp_path)[1:]]) == 2
+    captured = capsys.readouterr()
+    message = " ".join(captured.err.split())
+    for text in named:
+        assert text in message, message
+    assert_no_dump(message)
+    assert captured.out == ""
+
+
+# `batchmark results` against a cluster that is not there: every bad input is refused (2) before the first
+# request, which would otherwise fail (5) and hide it; a server that refuses or never answers is named (5).
+def kubeconfig(tmp_path: Path, server: str, namespace: str = "team-a") -> Path:
+    return write(
+        tmp_path / "kubeconfig",
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": namespace}}],
+                "current-context": "x",
+            }
+        ),
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+ResultsCase = Callable[[Path, Path], list[str]]  # (tmp_path, a kubeconfig of a closed port) -> arguments
+RESULTS_CASES: dict[str, tuple[ResultsCase, int, list[str]]] = {
+    "binary kubeconfig": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", bytes(range(256))))],
+        2,
+        ["--kubeconfig", "kc", "not a kubeconfig", "UTF-8"],
+    ),
+    "kubeconfig that is not YAML": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", "clusters: [\n"))],
+        2,
+        ["--kubeconfig", "kc", "not a kubeconfig", "not YAML"],
+    ),
+    "kubeconfig that is a list": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", "- a\n- b\n"))],
+        2,
+        ["--kubeconfig", "kc", "not a kubeconfig"],
+    ),
+    "kubeconfig that is an alias bomb": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", alias_bomb()))],
+        2,
+        ["--kubeconfig", "kc", "aliases"],
+    ),
+    "kubeconfig without a context": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(write(t / "kc", "apiVersion: v1\nkind: Config\n"))],
+        2,
+        ["--kubeconfig", "kc", "not a usable kubeconfig"],
+    ),
+    "kubeconfig that is missing": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(t / "absent")],
+        2,
+        ["--kubeconfig", "absent", "No such file"],
+    ),
+    "name that is markup": (lambda t, k: ["results", "[/x]", "--kubeconfig", str(k)], 2, ["NAME", "'[/x]'"]),
+    "name in capitals": (lambda t, k: ["results", "Bench", "--kubeconfig", str(k)], 2, ["NAME", "'Bench'"]),
+    "name that is a path": (lambda t, k: ["results", "../secrets", "--kubeconfig", str(k)], 2, ["NAME"]),
+    "namespace that is markup": (
+        lambda t, k: ["results", "b", "-n", "[/x]", "--kubeconfig", str(k)],
+        2,
+        ["--namespace", "'[/x]'"],
+    ),
+    "namespace with a dot": (
+        lambda t, k: ["results", "b", "-n", "a.b", "--kubeconfig", str(k)],
+        2,
+        ["--namespace", "'a.b'"],
+    ),
+    "output into a directory": (
+        lambda t, k: ["results", "b", "-o", str(t / "d.json"), "--kubeconfig", str(k)],
+        2,
+        ["--output", "d.json", "is a directory"],
+    ),
+    "output of an unknown kind": (
+        lambda t, k: ["results", "b", "-o", str(t / "r.txt"), "--kubeconfig", str(k)],
+        2,
+        ["--output", "r.txt", ".json"],
+    ),
+    "output in /proc": (
+        lambda t, k: ["results", "b", "-o", "/proc/r.json", "--kubeconfig", str(k)],
+        2,
+        ["--output", "/proc/r.json"],
+    ),
+    "output that is markup": (
+        lambda t, k: [
+            "results",
+            "b",
+            "-o",
+            str(t / "[/x]" / "r.json"),
+            "-o",
+            "/proc/[/x].json",
+            "--kubeconfig",
+            str(k),
+        ],
+        2,
+        ["--output", "/proc/[/x].json"],
+    ),
+    "a server that refuses the connection": (
+        lambda t, k: ["results", "b", "--kubeconfig", str(k)],
+        5,
+        ["cannot reach the API server https://127.0.0.1:", "refused"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RESULTS_CASES))
+def test_results_refuses_bad_input_before_asking_the_cluster(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_args, code, named = RESULTS_CASES[case]
+    (tmp_path / "d.json").mkdir()
+    config = kubeconfig(tmp_path, f"https://127.0.0.1:{closed_port()}")
+    args = make_args(tmp_path, config)
+    before = sorted(path.name for path in tmp_path.iterdir())
+    assert cli(args) == code
+    captured = capsys.readouterr()
+    message = " ".join(captured.err.split())
+    for text in named:
+        assert text in message, message
+    assert_no_dump(message)
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_results_reads_kubeconfig_from_the_environment_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(write(tmp_path / "kc", b"\x00\x01binary\xff")))
+    assert cli(["results", "b"]) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    assert f"KUBECONFIG: {tmp_path / 'kc'}: not a kubeconfig" in message
+    assert_no_dump(message)
+
+
+def test_results_gives_up_on_a_server_that_never_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fetch, "READ_SECONDS", 1.0)  # the bound under test, made short
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections queue in the backlog; none is ever accepted or answered
+        port = silent.getsockname()[1]
+        assert cli(["results", "b", "--kubeconfig", str(kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))]) == 5
+    message = " ".join(capsys.readouterr().err.split())
+    assert f"cannot reach the API server https://127.0.0.1:{port}" in message
+    assert "timed out" in message
+    assert_no_dump(message)

@@ -102,6 +102,29 @@ def test_signals_while_the_engine_loads_stop_it_and_keep_an_empty_result(tmp_pat
     assert_report_reads(tmp_path, outputs[0])
 
 
+def test_ctrl_c_again_and_again_while_the_process_exits_keeps_exit_code_130(tmp_path: Path) -> None:
+    """A Ctrl-C that arrives while the interpreter shuts down (after the results were written) must not end the
+    process by the signal: the parent would see -2, not 130, and take a finished run for a killed one."""
+    output = tmp_path / "r.json"
+    program = Program(tmp_path, run_args(backend(time_scale=1), constraint=LONG_RUN, outputs=[output]))
+    program.wait_for("benchmark 1")
+    send(program, SIGINT)
+    deadline = time.monotonic() + SHUTDOWN_SECONDS + 30
+    while "wrote" not in program.stderr() and program.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    # From the moment the results are written to the process's end, as fast as a held-down key repeats and faster.
+    while program.process.poll() is None:
+        try:
+            os.killpg(program.pid, SIGINT)
+        except ProcessLookupError:
+            break
+        time.sleep(0.001)
+    outcome = program.finish(timeout=30)
+    assert outcome.code == 128 + SIGINT, outcome.stderr
+    assert_clean(outcome)
+    assert_outputs([output], complete=False, benchmarks=1, stop_reason="interrupted by SIGINT")
+
+
 @pytest.mark.parametrize("dispatch", ["batch", "continuous"])
 @pytest.mark.parametrize("signals", [[SIGTERM], [SIGINT, SIGINT], [SIGTERM, SIGINT]])
 def test_signals_mid_run_keep_the_results_so_far(tmp_path: Path, dispatch: str, signals: list[int]) -> None:

@@ -16,16 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.backend.prompts import TokenPromptFactory
-from batchmark.runner.backend.request_format import (
-    ChatPromptBuilder,
-    RequestFormatError,
-    parse_request_format,
-)
 from batchmark.runner.config import VllmPythonBatchBackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import Completion, GenerateEngine, WorkItem
 from batchmark.runner.engines.factory import load_engine
+from batchmark.runner.engines.prompts import TokenPromptFactory
+from batchmark.runner.engines.request_format import (
+    ChatPromptBuilder,
+    RequestFormatError,
+    parse_request_format,
+)
 from batchmark.runner.engines.vllm_engine import special_token_ids
 
 JINJA = "### Question\n{% for m in messages %}{{ m['content'] }}{% endfor %}\n### Answer\n"

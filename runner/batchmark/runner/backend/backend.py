@@ -7,11 +7,11 @@ import threading
 import time
 from collections.abc import Sequence
 
-from batchmark.runner.backend.request_format import check_request_format
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.engines.base import Completion, Engine, WorkItem
 from batchmark.runner.engines.engine_args import check_engine_args
 from batchmark.runner.engines.factory import check_engine_available, load_engine
+from batchmark.runner.engines.request_format import check_request_format
 
 
 class VllmPythonBatchBackend:

@@ -10,10 +10,10 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.backend.prompts import TokenPromptFactory
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
+from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.simulated import (
     DEFAULT_MAX_MODEL_LEN,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,

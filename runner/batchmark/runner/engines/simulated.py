@@ -360,9 +360,6 @@ class SimulatedLLMEngine:
         self._waiting = deque(seq for seq in self._waiting if seq.request_id not in dropped)
         self._running = [seq for seq in self._running if seq.request_id not in dropped]
 
-    def get_num_unfinished_requests(self) -> int:
-        return len(self._waiting) + len(self._running)
-
     def step(self) -> list[RequestOutput]:
         """One engine step; returns the outputs of the requests it finished."""
         if not self.has_unfinished_requests():

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from batchmark.runner.backend.prompts import TokenPromptFactory
-from batchmark.runner.backend.request_format import ChatPromptBuilder, parse_request_format
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
+from batchmark.runner.engines.prompts import TokenPromptFactory
+from batchmark.runner.engines.request_format import ChatPromptBuilder, parse_request_format
 
 # How long vLLM's shutdown waits for its engine core to exit before killing it.
 ENGINE_SHUTDOWN_SECONDS = 5.0

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the Kubernetes Go module,
 # and helm and Kueue's manager (with Kueue's CRDs) from modules of their own, at the versions pinned in
-# go/*/go.mod. The binaries are cached in ~/.cache/batchmark/cluster/<version>/ (BATCHMARK_CLUSTER_CACHE
-# overrides the root) and reused when present.
+# tests/cluster/go/*/go.mod (beside the control plane code, which reads the same pins to find them). The
+# binaries are cached in ~/.cache/batchmark/cluster/<version>/ (BATCHMARK_CLUSTER_CACHE overrides the root) and
+# reused when present.
 # Cold, on 2 cores: several minutes and about 2 GB of memory; nice'd so the machine stays usable.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+go_modules="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../tests/cluster/go" && pwd)"
 cache="${BATCHMARK_CLUSTER_CACHE:-$HOME/.cache/batchmark/cluster}"
 
 pinned() { # go.mod module -> version
     awk -v module="$2" '$1 == module { print $2; exit } $1 == "require" && $2 == module { print $3; exit }' "$1"
 }
-kube_version="$(pinned "$here/go/kube/go.mod" k8s.io/kubernetes)"
-helm_version="$(pinned "$here/go/helm/go.mod" helm.sh/helm/v4)"
-kueue_version="$(pinned "$here/go/kueue/go.mod" sigs.k8s.io/kueue)"
+kube_version="$(pinned "$go_modules/kube/go.mod" k8s.io/kubernetes)"
+helm_version="$(pinned "$go_modules/helm/go.mod" helm.sh/helm/v4)"
+kueue_version="$(pinned "$go_modules/kueue/go.mod" sigs.k8s.io/kueue)"
 [[ -n "$kube_version" && -n "$helm_version" && -n "$kueue_version" ]] || { echo "build: cannot read the pinned versions" >&2; exit 1; }
 
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
@@ -52,22 +53,22 @@ for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     kube_ldflags+=" -X $package.gitVersion=$kube_version -X $package.gitMajor=1 -X $package.gitMinor=$kube_minor"
     kube_ldflags+=" -X $package.gitTreeState=clean"
 done
-build_into "$here/go/kube" "$cache/$kube_version" "$kube_ldflags" \
+build_into "$go_modules/kube" "$cache/$kube_version" "$kube_ldflags" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 
-build_into "$here/go/helm" "$cache/helm-$helm_version" \
+build_into "$go_modules/helm" "$cache/helm-$helm_version" \
     "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.metadata=" \
     helm.sh/helm/v4/cmd/helm
 
 # Kueue's CRDs go beside its manager, from the same module version, so the two always match.
 copy_kueue_crds() { # partial-dir
     local source
-    source="$(cd "$here/go/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+    source="$(cd "$go_modules/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
     cp -r "$source/config/components/crd/bases" "$1/crds"
     chmod -R u+w "$1/crds" # the module cache is read-only; a later rm -rf of the cache must work
 }
-after_build=copy_kueue_crds build_into "$here/go/kueue" "$cache/kueue-$kueue_version" \
+after_build=copy_kueue_crds build_into "$go_modules/kueue" "$cache/kueue-$kueue_version" \
     "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version" \
     sigs.k8s.io/kueue/cmd/kueue
 

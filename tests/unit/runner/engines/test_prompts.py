@@ -1,6 +1,6 @@
-from batchmark.runner.backend.prompts import TokenPromptFactory
 from batchmark.runner.config import SyntheticTextDataConfig
 from batchmark.runner.data import SyntheticText
+from batchmark.runner.engines.prompts import TokenPromptFactory
 
 
 def test_prompt_lengths_are_exact_and_prompts_unique() -> None:

@@ -100,3 +100,12 @@ def test_substitute_replaces_every_variable() -> None:
     assert substitute('x{a=~"$run", b="${runs}"}', {"run": "1", "runs": "2"}) == 'x{a=~"1", b="2"}'
     with pytest.raises(AssertionError, match="unsubstituted"):
         substitute("x[$__range]", {})
+
+
+def test_the_run_dashboards_quantiles_are_per_benchmark_and_run() -> None:
+    quantile_queries = [
+        (where, expr) for where, expr in queries(committed("benchmark-run.json")) if "histogram_quantile" in expr
+    ]
+    assert len(quantile_queries) >= 10
+    for where, expr in quantile_queries:
+        assert "sum by (le, benchmark, run_id, batch_size)" in expr, f"{where} blends runs: {expr}"

@@ -8,6 +8,7 @@ import pytest
 
 from batchmark.operator import children
 from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.runner import contract
 
 OWNER = children.Owner("team", "qwen3", "0b3c9d2e-51aa-4c1f-9e0a-7d2f8c6b1a90")
 BENCHMARK: dict[str, Any] = {
@@ -84,7 +85,7 @@ def test_the_pod_spec() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
-    assert container["command"][:4] == ["batchmark", "run", "--config", children.CONFIG_PATH]
+    assert container["command"][:4] == ["batchmark", "run", "--config", contract.CONFIG_PATH]
     assert container["command"][-4:] == ["--metrics-address", "0.0.0.0", "--metrics-port", "8000"]
     assert container["ports"] == [{"name": "metrics", "containerPort": 8000, "protocol": "TCP"}]
     assert container["securityContext"] == {
@@ -95,9 +96,9 @@ def test_the_pod_spec() -> None:
     }
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     env = {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
-    assert env[children.ENV_NAME] == "qwen3"
-    assert env[children.ENV_UID] == OWNER.uid
-    assert env[children.ENV_TERMINATION] == container["terminationMessagePath"]
+    assert env[contract.ENV_NAME] == "qwen3"
+    assert env[contract.ENV_UID] == OWNER.uid
+    assert env[contract.ENV_TERMINATION] == container["terminationMessagePath"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
     # vLLM with no resources: one GPU and the GPU taint tolerated, and CPU and memory requests.
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "2", "memory": "8Gi"}}

@@ -1,7 +1,7 @@
 """batchmark's simulated engine under vLLM's module name, for the side-by-side benchmark only.
 
-Put ``benchmarks/vs_guidellm/simulated_vllm`` first on ``PYTHONPATH`` and ``import vllm`` gives this module:
-GuideLLM's ``vllm_python_batch`` backend, batchmark's real-engine adapter (``engine=vllm``) and the ideal
+Put ``benchmarks/vs_guidellm/simulated_engine_as_vllm`` first on ``PYTHONPATH`` and ``import vllm`` gives this
+module: GuideLLM's ``vllm_python_batch`` backend, batchmark's real-engine adapter (``engine=vllm``) and the ideal
 ``generate()`` timings then all drive the same simulated engine through vLLM's own API (``LLM``,
 ``EngineArgs``, ``LLM.from_engine_args``, ``generate``, ``get_tokenizer``, ``llm_engine.add_request``/``step``),
 with GPU-like step times from batchmark's cost model instead of this CPU's. As in vLLM, ``generate()`` adds its

@@ -13,10 +13,11 @@ import yaml
 from batchmark.operator.api import BatchBenchmarkSpec
 from batchmark.operator.crd import CRD_FILE, crd_yaml, custom_resource_definition
 from batchmark.operator.schema import Schema, SchemaError, structural_schema, walk
-from batchmark.runner.cli import build_parser, load_config
+from batchmark.runner.cli import build_parser
 from batchmark.runner.config import RunConfig
+from batchmark.runner.configload import load_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def openapi_schema() -> Schema:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from batchmark.runner import contract
+from batchmark.runner.contract import COMPRESSED_REPORT_KEY, REPORT_KEY
 from batchmark.runner.statuswriter import (
-    COMPRESSED_REPORT_KEY,
-    REPORT_KEY,
+    StatusApi,
     StatusTarget,
     StatusWriter,
     read_report_config_map,
     report_config_map_data,
 )
-from tests.unit.test_summary import sweep_report
+from tests.unit.runner.test_summary import sweep_report
 
 
 def test_off_without_the_resources_identity() -> None:
@@ -51,3 +54,30 @@ def test_the_report_goes_plain_when_it_fits_and_compressed_when_not() -> None:
     assert COMPRESSED_REPORT_KEY in squeezed["binaryData"]
     assert read_report_config_map(squeezed) == report
     assert read_report_config_map({"data": {}}) is None
+
+
+class RecordingApi(StatusApi):
+    """The writer's three calls, recorded instead of sent (the real API server: tests/integration/operator)."""
+
+    def __init__(self) -> None:
+        self.status_patches: list[dict[str, Any]] = []
+
+    def read_status(self, target: StatusTarget) -> dict[str, Any]:
+        return {"metadata": {"uid": target.uid, "resourceVersion": "1"}}
+
+    def patch_status(self, target: StatusTarget, body: Mapping[str, Any]) -> None:
+        self.status_patches.append(dict(body["status"]))
+
+    def patch_config_map(self, target: StatusTarget, name: str, body: Mapping[str, Any]) -> None:
+        pass
+
+
+def test_the_writer_writes_only_the_runners_status_fields() -> None:
+    api = RecordingApi()
+    writer = StatusWriter(StatusTarget("team", "qwen3", "uid-1", None, None, None), api_factory=lambda: api)
+    writer.on_run_end(sweep_report(2))
+    assert api.status_patches
+    assert all(patch.keys() <= contract.RUNNER_STATUS_FIELDS for patch in api.status_patches)
+    # A write to one of the operator's fields is refused before it reaches the API server (and logged).
+    assert not writer._attempt("the phase", lambda each: writer._patch_status(each, {"phase": "Running"}))
+    assert all("phase" not in patch for patch in api.status_patches)

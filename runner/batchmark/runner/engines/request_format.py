@@ -20,8 +20,8 @@ from typing import Any, Literal, Protocol
 import jinja2
 import jinja2.sandbox
 
-from batchmark.runner.backend.prompts import TokenPromptFactory
 from batchmark.runner.data import RequestSpec
+from batchmark.runner.engines.prompts import TokenPromptFactory
 
 _JINJA_MARKERS = ("{{", "{%", "{#")
 # What a template is rendered against when checked before a run: the shape of our synthetic requests.

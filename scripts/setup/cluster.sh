@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time set-up for the local control plane: etcd from Debian's etcd-server package, the certificates Kueue's
-# metrics and visibility servers read from fixed paths, then the Kubernetes binaries, helm and Kueue (see ./build).
+# metrics and visibility servers read from fixed paths, then the Kubernetes binaries, helm and Kueue (see cluster-binaries.sh).
 # Safe to run again: what is there already is kept.
 set -euo pipefail
 
@@ -58,4 +58,4 @@ if [[ ! -f "$kueue_visibility_certs/tls.crt" || ! -f "$kueue_visibility_certs/tl
     $sudo chmod 0644 "$kueue_visibility_certs/tls.key" "$kueue_visibility_certs/tls.crt"
 fi
 
-"$here/build"
+"$here/cluster-binaries.sh"

@@ -177,7 +177,7 @@ def test_results_of_an_earlier_run_are_not_taken_for_a_later_preemption() -> Non
 
 
 def test_the_queued_example_is_a_valid_queued_benchmark() -> None:
-    path = Path(__file__).resolve().parents[2] / "examples" / "kueue" / "queued-benchmark.yaml"
+    path = Path(__file__).resolve().parents[3] / "examples" / "kueue" / "queued-benchmark.yaml"
     (document,) = yaml.safe_load_all(path.read_text(encoding="utf-8"))
     spec = BatchBenchmarkSpec.model_validate(document["spec"])
     manifest = job(Owner("ns", document["metadata"]["name"], "uid"), spec)

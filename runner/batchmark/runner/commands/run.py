@@ -1,0 +1,153 @@
+"""``batchmark run``: load the config, run every benchmark, write the outputs, push and linger; the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
+from batchmark.runner.benchmark import BenchmarkRunner
+from batchmark.runner.config import RunConfig
+from batchmark.runner.configload import UsageError, load_config
+from batchmark.runner.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
+from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
+from batchmark.runner.engines.engine_args import EngineArgumentError
+from batchmark.runner.engines.factory import EngineUnavailable
+from batchmark.runner.engines.request_format import RequestFormatError
+from batchmark.runner.events import RunObserver
+from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS, MetricsObserver, MetricsServer
+from batchmark.runner.outputs import write_reports
+from batchmark.runner.pushgateway import PushOutcome, push_results, run_succeeded
+from batchmark.runner.results import RunReport
+from batchmark.runner.shutdown import Shutdown
+
+
+def run_command(
+    args: argparse.Namespace, extra_observers: Sequence[RunObserver] = (), shutdown: Shutdown | None = None
+) -> int:
+    console = Console(stderr=True, quiet=False)
+    shutdown = shutdown or Shutdown.install()
+    try:
+        config = load_config(args)
+    except UsageError as error:
+        print_error(console, "run", str(error))
+        return EXIT_USAGE
+    observers: list[RunObserver] = [ConsoleObserver(console, show_progress=not args.quiet), *extra_observers]
+    runner = BenchmarkRunner(config, observers, stop=shutdown.stop)
+    try:
+        runner.check()
+    except EngineArgumentError as error:
+        print_error(console, "run", f"--backend: {error}")
+        return EXIT_USAGE
+    except (EngineUnavailable, RequestFormatError) as error:
+        print_error(console, "run", str(error))
+        return EXIT_USAGE
+    metrics_server: MetricsServer | None = None
+    metrics_port: int | None = getattr(args, "metrics_port", None)
+    if metrics_port is not None:
+        exporter = MetricsObserver(config, runner.run_id)
+        observers.append(exporter)  # the runner fans out to this very list
+        address = getattr(args, "metrics_address", "127.0.0.1")
+        try:
+            metrics_server = MetricsServer(exporter.registry, metrics_port, address)
+        except OSError as error:
+            print_error(
+                console, "run", f"--metrics-port: cannot listen on {address}:{metrics_port}: {error.strerror or error}"
+            )
+            return EXIT_USAGE
+        print_plain(console, f"serving metrics on {metrics_server.url}")
+    report: RunReport | None = None
+    code = EXIT_FAILED
+    if leftovers := leftover_engines_warning(engine_processes()):
+        print_warning(console, "run", leftovers)
+    try:
+        try:
+            runner.start()
+            report = runner.run()
+        finally:
+            runner.close(grace=shutdown.engine_grace() if shutdown.stop.is_set() else None, hurry=shutdown.hurry)
+        code = _finish(console, config, runner, report)
+    finally:
+        # On success and failure alike: a failed run's push records the failure (and keeps the last good
+        # results), and the linger lets Prometheus scrape the final phase and counts.
+        gateway: str | None = getattr(args, "pushgateway", None)
+        if gateway and not shutdown.hurry.is_set():
+            _push(console, shutdown, gateway, config.name, report)
+        if metrics_server is not None:
+            _linger(console, shutdown, getattr(args, "metrics_linger", DEFAULT_LINGER_SECONDS))
+            metrics_server.close()
+    # A signal at any moment, even after the results were written, means the process did not do all it was
+    # asked (a push or the linger may have been cut short).
+    return shutdown.exit_code or code
+
+
+def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report: RunReport) -> int:
+    """Write every output, print the summary; the exit code for what happened."""
+    failed_outputs = write_reports(report, [Path(output) for output in config.outputs])
+    # Off a terminal rich assumes 80 columns and truncates the tables' cells; files and pipes get room.
+    summary_console = Console()
+    if not summary_console.is_terminal and "COLUMNS" not in os.environ:
+        summary_console = Console(width=140)
+    print_summary(summary_console, report)
+    for output in config.outputs:
+        if Path(output) in failed_outputs:
+            print_error(console, "run", f"could not write {output}: {failed_outputs[Path(output)]}")
+        else:
+            print_plain(console, f"wrote {output}")
+    if runner.failure is not None:
+        print_error(console, "run", runner.failure, label="the engine failed")
+        return EXIT_ENGINE_FAILED
+    return EXIT_OUTPUT_FAILED if failed_outputs else 0
+
+
+def _push(console: Console, shutdown: Shutdown, gateway: str, name: str, report: RunReport | None) -> None:
+    """Push from a thread, so that a signal ends the wait. A signal during the push abandons it at once; after a
+    signal that came earlier, one attempt is made, abandoned at the shutdown deadline."""
+    outcome: list[PushOutcome] = []
+
+    def push() -> None:
+        outcome.append(push_results(gateway, name, report, give_up=shutdown.stop.is_set, sleep=shutdown.stop.wait))
+
+    received = shutdown.received
+    pusher = threading.Thread(target=push, name="batchmark-push", daemon=True)
+    pusher.start()
+    while pusher.is_alive():
+        left = shutdown.seconds_left()
+        if shutdown.received != received or (left is not None and left <= 0):
+            print_warning(console, "run", f"gave up pushing to the Pushgateway {gateway}: the process is stopping")
+            return
+        pusher.join(timeout=0.05)
+    if not outcome:
+        return
+    result = outcome[0]
+    if result.ok:
+        what = "results" if run_succeeded(report) else "the failure (the last good results are kept)"
+        print_plain(console, f"pushed {what} to {gateway}")
+    else:
+        print_warning(
+            console,
+            "run",
+            f"could not push to the Pushgateway {gateway} after {result.attempts} attempts ({result.error}); "
+            "the results themselves are unaffected",
+        )
+
+
+def _linger(console: Console, shutdown: Shutdown, seconds: float) -> None:
+    """Serve the final values a while longer: a signal during the linger ends it, and after an earlier signal it
+    never outlasts the shutdown deadline."""
+    left = shutdown.seconds_left()
+    if left is not None:
+        seconds = min(seconds, left)
+    if seconds <= 0:
+        return
+    print_plain(console, f"serving the final metrics for {seconds:g} s more")
+    received = shutdown.received
+    deadline = time.monotonic() + seconds
+    while shutdown.received == received and time.monotonic() < deadline:
+        time.sleep(0.05)

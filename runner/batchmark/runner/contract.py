@@ -1,0 +1,110 @@
+"""The operator–runner contract: everything a BatchBenchmark's operator and the runner in its pod agree on.
+
+The operator writes a pod; the runner in it reads its config, reports to its resource and exits. Each side
+names the other's half of that exchange from here, so a rename is one edit and a test catches a mismatch:
+
+- the resource: its API group, version, kind and plural;
+- the pod: the environment variables that tell the runner which resource it reports to, the path its config
+  is mounted at, where its termination message goes;
+- the ConfigMaps: the key the config is stored under, the keys of the full report in the results ConfigMap;
+- the exit codes of ``batchmark run``, which the operator reads back as the benchmark's outcome;
+- the status: which fields each side writes (one writer per field), as data both sides check their writes
+  against.
+
+It lives on the runner's side because the runner must never import the operator (the runner image ships
+without it, and a laptop run needs none of it); the operator already builds on the runner's models. It
+imports nothing, so either side can load it anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+# --- the resource ------------------------------------------------------------------------------------------
+
+GROUP: Final = "batchmark.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "BatchBenchmark"
+PLURAL: Final = "batchbenchmarks"
+
+# --- the pod -----------------------------------------------------------------------------------------------
+
+# Set by the operator on every benchmark pod; with them the runner's status writer switches itself on.
+ENV_NAMESPACE: Final = "BATCHMARK_RESOURCE_NAMESPACE"
+ENV_NAME: Final = "BATCHMARK_RESOURCE_NAME"
+ENV_UID: Final = "BATCHMARK_RESOURCE_UID"
+# Not set by the operator: the runner names the ConfigMap it creates for its report after its pod
+# (``<pod>-results``); this overrides that name (a runner started by hand).
+ENV_RESULTS: Final = "BATCHMARK_RESULTS_CONFIGMAP"
+ENV_POD: Final = "BATCHMARK_POD_NAME"
+ENV_TERMINATION: Final = "BATCHMARK_TERMINATION_MESSAGE_PATH"
+POD_ENVIRONMENT: Final = (
+    ENV_NAMESPACE,
+    ENV_NAME,
+    ENV_UID,
+    ENV_POD,
+    ENV_TERMINATION,
+)
+
+# The config ConfigMap is mounted as a folder; the runner runs `batchmark run --config CONFIG_PATH`.
+CONFIG_DIRECTORY: Final = "/etc/batchmark"
+CONFIG_KEY: Final = "config.yaml"
+CONFIG_PATH: Final = f"{CONFIG_DIRECTORY}/{CONFIG_KEY}"
+# Kubernetes' default: the runner writes its compact summary there, the operator reads it from the pod's status.
+TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
+
+# --- the results ConfigMap ---------------------------------------------------------------------------------
+
+# The full report: plain JSON under `data`, or gzip-compressed under `binaryData` when it would not fit.
+REPORT_KEY: Final = "report.json"
+COMPRESSED_REPORT_KEY: Final = "report.json.gz"
+
+# --- exit codes of `batchmark run` -------------------------------------------------------------------------
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1  # an unexpected error
+EXIT_USAGE: Final = 2  # bad input, found before any work: the operator fails the benchmark at once
+EXIT_ENGINE_FAILED: Final = 3
+EXIT_OUTPUT_FAILED: Final = 4
+EXIT_SIGNAL_BASE: Final = 128  # 128 + N: stopped by signal N
+# `batchmark results` only, no part of the pod's contract; named here so that no two commands give one code two
+# meanings: the cluster's API server could not be reached, or refused the request.
+EXIT_CLUSTER: Final = 5
+
+# --- the status: one writer per field ----------------------------------------------------------------------
+
+# resultsConfigMap: the ConfigMap the runner created for its full report (one per attempt, the latest named).
+RUNNER_STATUS_FIELDS: Final = frozenset({"progress", "engine", "results", "headline", "runId", "resultsConfigMap"})
+OPERATOR_STATUS_FIELDS: Final = frozenset(
+    {
+        "phase",
+        "reason",
+        "message",
+        "conditions",
+        "observedGeneration",
+        "jobName",
+        "podName",
+        "nodeName",
+        "startTime",
+        "completionTime",
+        "attempts",
+        "preemptions",
+        "queue",
+    }
+)
+# The runner's end-of-run fields, which the operator writes only when the run finished and the runner could not:
+# then they come from the pod's termination message.
+OPERATOR_FALLBACK_FIELDS: Final = frozenset({"engine", "results", "headline", "runId"})
+
+
+class NotOwnedStatusFieldError(ValueError):
+    """A write to a status field the other side owns: a bug in the writer, caught before it reaches the API."""
+
+
+def check_status_writes(writer: str, fields: Iterable[str], owned: frozenset[str]) -> None:
+    """Refuse a status patch that names a field ``writer`` does not own."""
+    foreign = sorted(set(fields) - owned)
+    if foreign:
+        raise NotOwnedStatusFieldError(f"the {writer} may not write status field(s) {', '.join(foreign)}")

@@ -1,0 +1,114 @@
+"""`batchmark results` against the real API server: the kubeconfig's context picks the namespace, a benchmark that
+is not there or has not finished is named, and the report comes back whole. No operator runs: the BatchBenchmark
+that `batchmark manifest` prints is applied, and its finished status and results ConfigMap are written as the
+runner writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from batchmark.runner.cli import main
+from batchmark.runner.outputs import load_report
+from batchmark.runner.statuswriter import report_config_map_data
+from tests.cluster.fixtures import KubeCluster
+from tests.integration.operator.conftest import kubectl_apply
+from tests.integration.runner.harness import run_args
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def cli(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+
+
+def kubeconfig_in(cluster: KubeCluster, namespace: str | None, path: Path) -> Path:
+    """The admin kubeconfig with its context set to ``namespace`` (None: no namespace, as kubectl's default)."""
+    config: dict[str, Any] = json.loads(cluster.kubeconfig.read_text())
+    for context in config["contexts"]:
+        context["context"].pop("namespace", None)
+        if namespace is not None:
+            context["context"]["namespace"] = namespace
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def finished_benchmark(
+    cluster: KubeCluster, namespace: str, name: str, tmp_path: Path, phase: str, capsys: pytest.CaptureFixture[str]
+) -> Path:
+    """A BatchBenchmark as `manifest` prints it, its status and results ConfigMap as a finished run leaves them;
+    the report's file."""
+    local = tmp_path / "local.json"
+    assert cli(run_args(outputs=[local])) == 0
+    capsys.readouterr()
+    assert cli(["manifest", *run_args()[1:], "--name", name]) == 0
+    assert kubectl_apply(cluster, namespace, capsys.readouterr().out).returncode == 0
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-results"},
+        **report_config_map_data(load_report(local)),
+    }
+    cluster.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map)
+    cluster.request(
+        "PATCH",
+        f"/apis/batchmark.dev/v1alpha1/namespaces/{namespace}/batchbenchmarks/{name}/status",
+        {"status": {"phase": phase, "resultsConfigMap": f"{name}-results"}},
+        content_type=MERGE_PATCH,
+    )
+    return local
+
+
+def test_results_takes_the_namespace_of_the_kubeconfig_context(
+    batchmark_crd: KubeCluster, kube_namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    local = finished_benchmark(batchmark_crd, kube_namespace, "done", tmp_path, "Succeeded", capsys)
+    fetched = tmp_path / "fetched.json"
+    kubeconfig = kubeconfig_in(batchmark_crd, kube_namespace, tmp_path / "in-namespace.kubeconfig")
+    assert cli(["results", "done", "--kubeconfig", str(kubeconfig), "-o", str(fetched)]) == 0, capsys.readouterr().err
+    assert load_report(fetched) == load_report(local)
+    # Another context namespace: the benchmark is not there, and the message says where it looked.
+    elsewhere = kubeconfig_in(batchmark_crd, None, tmp_path / "default.kubeconfig")
+    capsys.readouterr()
+    assert cli(["results", "done", "--kubeconfig", str(elsewhere)]) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    assert f"no BatchBenchmark done in namespace default on {batchmark_crd.server}" in message
+    # -n wins over the context.
+    assert cli(["results", "done", "-n", kube_namespace, "--kubeconfig", str(elsewhere)]) == 0
+
+
+def test_results_of_an_unfinished_benchmark_and_an_unwritable_output(
+    batchmark_crd: KubeCluster, kube_namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    finished_benchmark(batchmark_crd, kube_namespace, "running", tmp_path, "Running", capsys)
+    kubeconfig = kubeconfig_in(batchmark_crd, kube_namespace, tmp_path / "kubeconfig")
+    capsys.readouterr()
+    assert cli(["results", "running", "--kubeconfig", str(kubeconfig)]) == 2
+    assert f"{kube_namespace}/running has not finished (phase Running)" in capsys.readouterr().err
+    # The output is checked before the cluster is asked: the message is about the output, not the phase.
+    assert cli(["results", "running", "--kubeconfig", str(kubeconfig), "-o", "/proc/r.json"]) == 2
+    assert "--output: /proc/r.json" in capsys.readouterr().err
+
+    # Finished, but its ConfigMap holds something else: one line, not the validation library's dump.
+    cluster, path = batchmark_crd, f"/api/v1/namespaces/{kube_namespace}/configmaps/running-results"
+    cluster.request("PATCH", path, {"data": {"report.json": '{"a": 1}'}, "binaryData": None}, content_type=MERGE_PATCH)
+    cluster.request(
+        "PATCH",
+        f"/apis/batchmark.dev/v1alpha1/namespaces/{kube_namespace}/batchbenchmarks/running/status",
+        {"status": {"phase": "Failed"}},
+        content_type=MERGE_PATCH,
+    )
+    assert cli(["results", "running", "--kubeconfig", str(kubeconfig)]) == 2
+    error = capsys.readouterr().err
+    assert f"ConfigMap {kube_namespace}/running-results holds no readable report" in error, error
+    assert "errors.pydantic.dev" not in error
+    assert len(error.strip().splitlines()) == 1, error

@@ -1,0 +1,152 @@
+"""`batchmark manifest` and `batchmark run` describe the same benchmark: for any valid `run` command line, the
+BatchBenchmark that `manifest` prints goes through the operator (spec -> ConfigMap and Job) and the pod's
+`batchmark run` reads back exactly the run config that the laptop's `batchmark run` would have run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from batchmark.operator import children
+from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.runner.cli import build_parser, main
+from batchmark.runner.config import RunConfig
+from batchmark.runner.configload import load_config
+from batchmark.runner.contract import CONFIG_KEY, CONFIG_PATH
+
+BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated"
+BASE = [
+    "--backend",
+    BACKEND,
+    "--data",
+    "kind=synthetic_text,prompt_tokens=256,output_tokens=128",
+    "--profile",
+    "kind=throughput,max_concurrency=20",
+    "--constraint",
+    "kind=max_requests,count=100",
+]
+CONFIG_FILE = {
+    "name": "from-file",
+    "backend": {"model": "m", "engine": "simulated", "batchTimeout": 0.5, "vllmConfig": {"max_num_seqs": 64}},
+    "data": {"kind": "synthetic_text", "promptTokens": 64, "outputTokens": 16, "prefixTokens": 8, "seed": 7},
+    "profile": {"kind": "poisson", "rate": 4, "warmup": {"requests": 3}, "cooldown": 0.1},
+    "constraints": [{"kind": "max_duration", "seconds": 30}, {"kind": "max_error_rate", "rate": 0.5, "window": 10}],
+    "sampleRequests": 5,
+    "sweep": {"dispatch": ["batch", "continuous"], "warmupRequests": 2},
+    "slo": {"requestLatencyP99": 3.0},
+    "cost": {"gpuCostPerHour": 1.5},
+}
+
+# `run` command lines; together they give every option `run` takes (the last test checks that).
+CASES: dict[str, list[str]] = {
+    "the seed example": BASE,
+    "a name": [*BASE, "--name", "qwen3-throughput"],
+    "several constraints": [
+        *BASE,
+        "--constraint",
+        "kind=max_errors,count=3",
+        "--constraint",
+        "kind=min_requests,count=9",
+    ],
+    "sample requests": [*BASE, "--sample-requests", "7"],
+    "a grid sweep with a warm-up": [
+        *BASE,
+        "--sweep",
+        "batch_size=4,8,16",
+        "--sweep",
+        "vllm_config.max_num_seqs=16,32",
+        "--sweep-warmup",
+        "3",
+    ],
+    "a sweep profile": [*BASE[:4], "--profile", "kind=sweep,sweep_size=4,strategy=poisson", *BASE[6:]],
+    "a latency budget in both spellings": [*BASE, "--slo", "request_latency_p99=2,ttftP95=0.5,tpot_max=0.1"],
+    "a price": [*BASE, "--gpu-cost-per-hour", "2.5"],
+    "a price for two GPUs": [*BASE, "--gpu-cost-per-hour", "2.5", "--gpus", "2"],
+    "metrics and a Pushgateway": [*BASE, "--metrics-port", "9100", "--pushgateway", "http://gateway:9091"],
+    "local-only options": [
+        *BASE,
+        "--output",
+        "results.json",
+        "--quiet",
+        "--metrics-address",
+        "0.0.0.0",
+        "--metrics-linger",
+        "3",
+    ],
+    "a config file": ["--config", "{config}"],
+    "a config file with overrides": [
+        "--config",
+        "{config}",
+        "--backend",
+        "batch_size=12",
+        "--sweep",
+        "batch_size=4,8",
+        "--slo",
+        "ttft_p99=1",
+        "--gpus",
+        "4",
+    ],
+}
+# Options of `run` that `manifest` leaves out: they have no meaning in a pod (README, `batchmark manifest`).
+LOCAL_ONLY = {"--output", "--quiet", "--metrics-address", "--metrics-linger"}
+
+
+def arguments(case: str, tmp_path: Path) -> list[str]:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(CONFIG_FILE))
+    return [argument.replace("{config}", str(config)) for argument in CASES[case]]
+
+
+def printed_manifest(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    capsys.readouterr()
+    assert main(["manifest", *args]) == 0, capsys.readouterr().err
+    document = yaml.safe_load(capsys.readouterr().out)
+    assert isinstance(document, dict)
+    return document
+
+
+def pod_config(spec: BatchBenchmarkSpec, name: str, tmp_path: Path) -> tuple[RunConfig, list[str]]:
+    """What the pod's `batchmark run` runs: the operator's ConfigMap, read by the Job's command line."""
+    owner = children.Owner("benchmarks", name, "uid-1")
+    config_map = children.config_map(owner, spec.run_config(name))
+    mounted = tmp_path / "mounted-config.yaml"
+    mounted.write_text(config_map["data"][CONFIG_KEY])
+    command = children.job(owner, spec)["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["batchmark", "run"]
+    pod_args = [str(mounted) if argument == CONFIG_PATH else argument for argument in command[1:]]
+    return load_config(build_parser().parse_args(pod_args)), pod_args
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_manifest_of_a_run_command_line_runs_the_same_benchmark_in_the_pod(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = arguments(case, tmp_path)
+    laptop = load_config(build_parser().parse_args(["run", *args]))
+    document = printed_manifest(args, capsys)
+    metadata = document["metadata"]
+    assert isinstance(metadata, dict)
+    assert metadata["name"] == laptop.name
+    spec = OperatorDefaults().apply(BatchBenchmarkSpec.model_validate(document["spec"]))
+    expected = laptop.model_copy(update={"outputs": []})  # files on the laptop; the pod writes its ConfigMap
+    assert spec.run_config(metadata["name"]) == expected
+    in_pod, pod_args = pod_config(spec, metadata["name"], tmp_path)
+    assert in_pod == expected
+    given = build_parser().parse_args(["run", *args])
+    if given.metrics_port is not None:
+        assert pod_args[pod_args.index("--metrics-port") + 1] == str(given.metrics_port)
+    if given.pushgateway is not None:
+        assert pod_args[pod_args.index("--pushgateway") + 1] == given.pushgateway
+
+
+def test_the_cases_give_every_option_of_run() -> None:
+    parser = build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    run = commands.choices["run"]
+    options = {option for action in run._actions for option in action.option_strings if option.startswith("--")}
+    given = {argument for case in CASES.values() for argument in case if argument.startswith("--")}
+    assert options - {"--help"} - given == set(), "add a case for each new option of run"
+    assert given >= LOCAL_ONLY
