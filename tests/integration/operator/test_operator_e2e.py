@@ -420,13 +420,18 @@ def test_an_image_that_cannot_be_pulled_waits_in_scheduling_until_its_timeout(
     assert conditions["Scheduled"]["status"] == "True"
     assert conditions["EngineLoaded"]["status"] == "False"
     assert conditions["Failed"]["status"] == "False"
-    warnings = [
-        event for event in _benchmark_events(cluster, kube_namespace, "unpullable") if event["type"] == "Warning"
-    ]
-    assert any(
-        event["reason"] == "ImagePullBackOff" and event["message"].startswith(f'Back-off pulling image "{image}"')
-        for event in warnings
-    ), warnings
+
+    def warned() -> bool:
+        # The operator records the event right after the status it reads is written: wait for it too.
+        warnings = [
+            event for event in _benchmark_events(cluster, kube_namespace, "unpullable") if event["type"] == "Warning"
+        ]
+        return any(
+            event["reason"] == "ImagePullBackOff" and event["message"].startswith(f'Back-off pulling image "{image}"')
+            for event in warnings
+        )
+
+    wait_for("the ImagePullBackOff warning event", warned, 10)
     pod = CoreV1Api(cluster.api_client()).read_namespaced_pod(status["podName"], kube_namespace)
     assert pod.status is not None
     assert pod.status.phase == "Pending"
