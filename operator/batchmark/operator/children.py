@@ -1,4 +1,4 @@
-"""The objects a BatchBenchmark owns, built as plain manifests (names are deterministic; see CONTRACT)."""
+"""The objects a BatchBenchmark owns, built as plain manifests (names are deterministic: a 409 on create means done)."""
 
 from __future__ import annotations
 

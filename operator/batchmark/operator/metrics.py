@@ -1,4 +1,4 @@
-"""The operator's own /metrics (names fixed in CONTRACT.md; the chart's dashboards read them)."""
+"""The operator's own /metrics (the names are an interface: the chart's dashboards and alerts read them)."""
 
 from __future__ import annotations
 

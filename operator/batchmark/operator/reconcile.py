@@ -1,4 +1,4 @@
-"""What the operator does, as plain functions over typed inputs (handlers.py only wires them to kopf).
+"""What the operator does, as plain functions over typed inputs (handlers.py wires them to kopf, through dispatch.py).
 
 - ``ensure``: on create and on resume: validate what the schema cannot, then create the children
   idempotently (deterministic names; a 409 means it exists, so a restarted operator makes no second Job).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -57,7 +57,7 @@ class Reconciler:
     def __init__(self, kube: Kube, defaults: OperatorDefaults | None = None, metrics: OperatorMetrics | None = None):
         self.kube = kube
         self.kueue = KueueApi(kube.api)
-        # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (handlers.py).
+        # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (dispatch.py).
         self.api_children = ApiChildren(kube, self.kueue)
         self.children: Children = self.api_children
         self.positions = QueuePositions(self.kueue.pending_workloads)
@@ -65,23 +65,7 @@ class Reconciler:
         self.metrics = metrics or OperatorMetrics()
         self._locks: dict[tuple[str, str], threading.RLock] = {}
         self._locks_guard = threading.Lock()
-        self._seen: dict[tuple[str, ...], Hashable] = {}
         self._creators = ThreadPoolExecutor(CHILD_CREATORS, thread_name_prefix="create")
-
-    def worth_refreshing(self, key: tuple[str, ...], signature: Hashable | None) -> bool:
-        """False when an object changed in nothing the status reads since it was last seen (None: forget it).
-
-        Every progress patch of every runner, and every status write of the operator itself, is an event: most
-        change nothing a phase depends on, and skipping them keeps the operator quick with many benchmarks.
-        """
-        with self._locks_guard:
-            if signature is None:
-                self._seen.pop(key, None)
-                return True
-            if self._seen.get(key) == signature:
-                return False
-            self._seen[key] = signature
-            return True
 
     @contextmanager
     def _locked(self, namespace: str, name: str) -> Iterator[None]:
@@ -247,7 +231,6 @@ class Reconciler:
         self.positions.forget(namespace, name)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
-            self._seen.pop(("benchmark", namespace, name), None)
 
     def _announce(self, body: Mapping[str, Any], update: StatusUpdate) -> None:
         previous_reason = (body.get("status") or {}).get("reason")

@@ -17,7 +17,8 @@ from prometheus_client import start_http_server
 from pydantic import ValidationError
 
 from batchmark.operator.api import OperatorDefaults
-from batchmark.operator.handlers import API_CONNECTIONS, build_registry
+from batchmark.operator.dispatch import API_CONNECTIONS
+from batchmark.operator.handlers import build_registry, operator_memo
 from batchmark.operator.kube import Kube, api_client
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.reconcile import Reconciler
@@ -67,7 +68,7 @@ def load_defaults(path: Path | None) -> OperatorDefaults:
 
 @dataclass
 class OperatorOptions:
-    """What `batchmark operator` takes (CONTRACT.md)."""
+    """What `batchmark operator` takes (its options: `batchmark operator --help`)."""
 
     namespaces: Sequence[str] = ()
     metrics_address: str = "0.0.0.0"
@@ -90,7 +91,8 @@ def run_operator(
     try:
         reconciler = Reconciler(Kube(api_client(options.kubeconfig, API_CONNECTIONS)), options.defaults, metrics)
         kopf.run(
-            registry=build_registry(reconciler),
+            registry=build_registry(),
+            memo=operator_memo(reconciler),
             standalone=True,
             clusterwide=not options.namespaces,
             namespaces=list(options.namespaces),

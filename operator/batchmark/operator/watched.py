@@ -35,6 +35,10 @@ class Children(Protocol):
 
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None: ...
 
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the Job of that name and uid is a benchmark's (labelled as one)."""
+        ...
+
 
 class ApiChildren:
     """Read from the API server, at the moment of asking."""
@@ -55,6 +59,11 @@ class ApiChildren:
         found = self.kueue.workload_of(namespace, job_uid)
         return WorkloadView.from_dict(found) if found is not None else None
 
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        found = self.kube.get_job(namespace, name)
+        metadata = (found or {}).get("metadata") or {}
+        return metadata.get("uid") == uid and BENCHMARK_LABEL in (metadata.get("labels") or {})
+
 
 # The index functions: each object of the kind, as the view the status reads, under the key it is looked up by.
 def job_entry(namespace: str | None, labels: Mapping[str, str], body: Mapping[str, Any]) -> dict[Any, Any] | None:
@@ -72,15 +81,15 @@ def workload_entry(namespace: str | None, labels: Mapping[str, str], body: Mappi
     return {(namespace, job_uid): WorkloadView.from_dict(body)} if namespace and job_uid else None
 
 
-def benchmark_job_of(indices: Mapping[str, Any], namespace: str, workload_metadata: Mapping[str, Any]) -> str | None:
-    """The name of the benchmark Job (in kopf's index of them) that owns the Workload; None for a Workload of
-    any other Job (another team's), which the operator leaves alone."""
-    jobs = indices[JOBS_INDEX]
+def benchmark_job_of(children: Children, namespace: str, workload_metadata: Mapping[str, Any]) -> str | None:
+    """The name of the benchmark Job that owns the Workload; None for a Workload of any other Job (another
+    team's, or a namesake's), which the operator leaves alone."""
     for owner in workload_metadata.get("ownerReferences") or []:
-        if owner.get("kind") != "Job" or not owner.get("apiVersion", "").startswith("batch/"):
+        if owner.get("kind") != "Job" or not str(owner.get("apiVersion", "")).startswith("batch/"):
             continue
-        if any(job.uid == owner.get("uid") for job in jobs.get((namespace, owner.get("name")), ())):
-            return str(owner["name"])
+        name, uid = owner.get("name"), owner.get("uid")
+        if name and uid and children.is_benchmark_job(namespace, str(name), str(uid)):
+            return str(name)
     return None
 
 
@@ -105,6 +114,10 @@ class IndexedChildren:
 
     def pods(self, namespace: str, name: str) -> list[PodView]:
         return list(self.pods_index.get((namespace, name), ()))
+
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        # The index holds only the Jobs labelled as benchmarks'.
+        return any(job.uid == uid for job in self.jobs.get((namespace, name), ()))
 
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
         found: list[WorkloadView] = list(self.workloads.get((namespace, job_uid), ()))

@@ -7,8 +7,8 @@ batchmark exits within ``SHUTDOWN_SECONDS``, whatever it was doing: the engine's
 further attempts and is abandoned at the deadline, and the metrics linger ends at the deadline (both
 ``EXIT_RESERVE_SECONDS`` before ``SHUTDOWN_SECONDS``, so that the exit itself fits).
 
-Only the standard library here: this module is imported before anything slow, so that a signal in the
-first second of the process is handled like any other.
+Only the standard library here (and batchmark.runner.contract, which imports nothing else): this module is
+imported before anything slow, so that a signal in the first second of the process is handled like any other.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ import time
 from types import FrameType
 from typing import Any, Final
 
+from batchmark.runner.contract import EXIT_SIGNAL_BASE
+
 SHUTDOWN_SECONDS: Final = 20.0
 ENGINE_STOP_SECONDS: Final = 5.0
 # Kept free at the end of SHUTDOWN_SECONDS for what follows the optional steps (closing the metrics server,
-# the interpreter's exit), which take up to about 3 s on a busy two-core machine (benchmarks/README.md).
+# the interpreter's exit), which take up to about 3 s on a busy two-core machine (benchmarks/notes/shutdown-timing.md).
 EXIT_RESERVE_SECONDS: Final = 5.0
 _POLL_SECONDS: Final = 0.05
 
@@ -101,7 +103,7 @@ class Shutdown:
     @property
     def exit_code(self) -> int | None:
         """128 + the first signal's number, as a shell reports a process that signal ended; None without one."""
-        return None if self.signal is None else 128 + self.signal
+        return None if self.signal is None else EXIT_SIGNAL_BASE + self.signal
 
     def seconds_left(self) -> float | None:
         """Until the deadline of the optional steps (the push, the linger): SHUTDOWN_SECONDS after the first

@@ -1,9 +1,9 @@
-"""The Dockerfile's two images, built and run for real with podman, with no registry and no network.
+"""docker/Dockerfile's two images, built and run for real with podman, with no registry and no network.
 
 scripts/setup/images.sh (run by scripts/test) makes the inputs: a Debian bookworm base image built locally with
 mmdebstrap, standing in for both python:3.11-slim and vLLM's image, and a wheelhouse of every pinned package,
 which the build reads with PIP_NO_INDEX. podman builds with `--isolation chroot` and runs with runc and low
-ulimits (what works in this sandbox; see shared/CONTAINERS_HERE.md). Layers stay in podman's store, so a run
+ulimits (what works in this sandbox; see README.md beside this file). Layers stay in podman's store, so a run
 after an unchanged tree reuses them.
 """
 

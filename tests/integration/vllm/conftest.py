@@ -44,7 +44,7 @@ def vllm_python() -> Path:
 
 
 def vllm_env(**extra: str) -> dict[str, str]:
-    """Environment for a process that builds ``vllm.LLM`` on this CPU (see /work/shared/VLLM_ON_CPU.md).
+    """Environment for a process that builds ``vllm.LLM`` on this CPU (README.md beside this file says why).
 
     vLLM's own multiprocessing stays on, as users run it; a test that wants the engine in-process passes
     ``VLLM_ENABLE_V1_MULTIPROCESSING="0"`` and says why.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from batchmark.operator.handlers import API_CONNECTIONS, REFRESH_WORKERS, WORKERS
+from batchmark.operator.dispatch import API_CONNECTIONS, REFRESH_WORKERS, WORKERS
 from batchmark.operator.kube import api_client
 from batchmark.operator.reconcile import CHILD_CREATORS
 

@@ -261,6 +261,9 @@ class QueuedChildren:
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
         return self.current
 
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        return True
+
 
 def reconciler_with(fetch: FakeVisibility) -> tuple[Reconciler, FakeKube]:
     kube = FakeKube()

@@ -349,7 +349,7 @@ def _settle_before_measuring() -> None:
     Loading imports torch, the tokenizer and the engine: hundreds of thousands of objects. The first full
     collection after that walks all of them, for a fifth of a second on this machine, and when it came due
     it came while the first batch was being built (the allocations of the first prompts triggered it),
-    counted as idle engine time (benchmarks/README.md, issue 13). Collected here and frozen (``gc.freeze``,
+    counted as idle engine time (benchmarks/notes/measurement-truth.md). Collected here and frozen (``gc.freeze``,
     as vLLM's own servers do after start-up), the loaded objects are never walked again; the benchmark's own
     garbage is collected as usual.
     """
@@ -428,8 +428,8 @@ def _dispatch_batches(
     """Between two engine calls this thread takes the next batch and matches the last one's outputs to its
     requests; prompts were built as requests arrived, and the report is pickled and sent by the reporter.
 
-    Matching stays here because measurement said so (benchmarks/README.md): handed to another thread, it
-    competes for the GIL at the very moment the next generate() starts, and the engine waited longer."""
+    Matching stays here because measurement said so (benchmarks/notes/measurement-truth.md): handed to another
+    thread, it competes for the GIL at the very moment the next generate() starts, and the engine waited longer."""
     clock = engine.clock
     batch_id = 0
     carried = 0.0  # harness time spent after the previous report was handed over: counted in the next
