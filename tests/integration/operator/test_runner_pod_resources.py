@@ -46,3 +46,5 @@ def test_given_resources_are_merged_and_pods_ask_for_cpu_and_memory(
     pod = wait_for("simulated-plain's Job", lambda: pod_template("simulated-plain"), 60)
     (container,) = pod["containers"]
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
+    # Gone before the namespace is: an operator that starts next must not find them in a terminating namespace.
+    cluster.kubectl("delete", "bb", "vllm-memory", "simulated-plain", "-n", kube_namespace, "--wait=true")
