@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the Kubernetes Go module,
 # and helm and Kueue's manager (with Kueue's CRDs) from modules of their own, at the versions pinned in
-# tests/cluster/go/*/go.mod (beside the control plane code, which reads the same pins to find them). The
-# binaries are cached in ~/.cache/batchmark/cluster/<version>/ (BATCHMARK_CLUSTER_CACHE overrides the root) and
-# reused when present.
+# tests/cluster/go/*/go.mod (beside the control plane code, which reads the same pins to find them); and, for
+# the `containers` runtime (real kubelets, see tests/cluster/README.md), the kubelet from the same Kubernetes
+# module, the pause program from its source, containerd, crictl and the CNI plugins from modules of their own.
+# The binaries are cached in ~/.cache/batchmark/cluster/<version>/ (BATCHMARK_CLUSTER_CACHE overrides the root)
+# and reused when present.
 # Cold, on 2 cores: several minutes and about 2 GB of memory; nice'd so the machine stays usable.
 set -euo pipefail
 
@@ -16,7 +18,12 @@ pinned() { # go.mod module -> version
 kube_version="$(pinned "$go_modules/kube/go.mod" k8s.io/kubernetes)"
 helm_version="$(pinned "$go_modules/helm/go.mod" helm.sh/helm/v4)"
 kueue_version="$(pinned "$go_modules/kueue/go.mod" sigs.k8s.io/kueue)"
-[[ -n "$kube_version" && -n "$helm_version" && -n "$kueue_version" ]] || { echo "build: cannot read the pinned versions" >&2; exit 1; }
+containerd_version="$(pinned "$go_modules/containerd/go.mod" github.com/containerd/containerd/v2)"
+cni_version="$(pinned "$go_modules/cni/go.mod" github.com/containernetworking/plugins)"
+crictl_version="$(pinned "$go_modules/critools/go.mod" sigs.k8s.io/cri-tools)"
+for version in "$kube_version" "$helm_version" "$kueue_version" "$containerd_version" "$cni_version" "$crictl_version"; do
+    [[ -n "$version" ]] || { echo "build: cannot read the pinned versions" >&2; exit 1; }
+done
 
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 # From Go 1.27 encoding/json/v2 is on by default, and kube-openapi's JSON then comes out malformed
@@ -71,5 +78,26 @@ copy_kueue_crds() { # partial-dir
 after_build=copy_kueue_crds build_into "$go_modules/kueue" "$cache/kueue-$kueue_version" \
     "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version" \
     sigs.k8s.io/kueue/cmd/kueue
+
+# The containers runtime. The kubelet goes into a folder of its own, so that adding it rebuilt nothing above.
+build_pause() { # partial-dir: Kubernetes' pause program (the pod sandbox's process), from the module's source
+    local source
+    source="$(cd "$go_modules/kube" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
+    nice -n 10 gcc -Os -Wall -Werror -static -DVERSION="$kube_version-batchmark" -o "$1/pause" "$source"
+}
+after_build=build_pause build_into "$go_modules/kube" "$cache/kubelet-$kube_version" "$kube_ldflags" \
+    k8s.io/kubernetes/cmd/kubelet
+# As containerd's release builds: static, without the snapshotters that need C libraries (btrfs, devmapper, ZFS).
+CGO_ENABLED=0 GOFLAGS="$GOFLAGS -tags=no_btrfs,no_devmapper,no_zfs,urfave_cli_no_docs" build_into \
+    "$go_modules/containerd" "$cache/containerd-$containerd_version" \
+    "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2" \
+    github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/v2/cmd/ctr
+CGO_ENABLED=0 build_into "$go_modules/critools" "$cache/crictl-$crictl_version" \
+    "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$crictl_version" sigs.k8s.io/cri-tools/cmd/crictl
+CGO_ENABLED=0 build_into "$go_modules/cni" "$cache/cni-plugins-$cni_version" \
+    "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$cni_version" \
+    github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/ipam/host-local \
+    github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/meta/portmap
 
 echo "$cache/$kube_version"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One-time set-up for the local control plane: etcd from Debian's etcd-server package, the certificates Kueue's
-# metrics and visibility servers read from fixed paths, then the Kubernetes binaries, helm and Kueue (see cluster-binaries.sh).
+# One-time set-up for the local control plane: etcd from Debian's etcd-server package, runc and iptables (the
+# `containers` runtime's: containerd runs containers with runc, and the API server's address for pods is a
+# DNAT rule), the certificates Kueue's metrics and visibility servers read from fixed paths, then the
+# Kubernetes binaries, the kubelet, containerd, the CNI plugins, helm and Kueue (see cluster-binaries.sh).
 # Safe to run again: what is there already is kept.
 set -euo pipefail
 
@@ -24,6 +26,18 @@ if ! command -v etcd >/dev/null 2>&1; then
         $sudo systemctl disable --now etcd.service || true
     fi
 fi
+# runc from Debian: containerd's shim runs every container of the `containers` runtime with it.
+missing=()
+for binary in runc iptables; do
+    command -v "$binary" >/dev/null 2>&1 || missing+=("$binary")
+done
+if [[ "${#missing[@]}" -gt 0 ]]; then
+    sudo=""
+    [[ "$(id -u)" == 0 ]] || sudo="sudo"
+    $sudo apt-get update
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends runc iptables
+fi
+
 # sed, not head: head exits after one line and, under pipefail, etcd's SIGPIPE (141) would fail the set-up.
 etcd --version | sed -n 1p
 

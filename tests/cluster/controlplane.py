@@ -1,5 +1,6 @@
 """A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager and
-kube-scheduler, with fake GPU nodes (and one plain node) whose pods the node agent runs as local processes.
+kube-scheduler, with fake GPU nodes (and one plain node) whose pods the node agent runs as local processes,
+or (runtime="containers") with real kubelets over containerd that run them as containers (kubelets.py).
 
 Used by the `kube_cluster` pytest fixture and by the `up`, `down` and `demo` scripts next to this file.
 Run `scripts/setup/cluster.sh` once first: it installs etcd and builds the Kubernetes binaries.
@@ -22,6 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,8 @@ from tests.cluster.pki import FRONT_PROXY_CLIENT_NAME, CertificatePair, ClusterP
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from tests.cluster.kubelets import KubeletNode, PodNetwork, RuntimeBinaries
 
 CLUSTER_DIRECTORY = Path(__file__).resolve().parent
 NODE_AGENT_SCRIPT = CLUSTER_DIRECTORY / "nodeagent.py"
@@ -105,6 +109,32 @@ def locate_binaries() -> Binaries:
         kubectl=kube_directory / "kubectl",
         helm=helm if os.access(helm, os.X_OK) else None,
     )
+
+
+def locate_runtime_binaries() -> RuntimeBinaries:
+    """The kubelet, containerd, crictl, the CNI plugins and the pause program (tests/cluster/build), runc and
+    iptables (Debian's), or say how to get them."""
+    from tests.cluster.kubelets import RuntimeBinaries
+
+    cache = cache_directory()
+    go = CLUSTER_DIRECTORY / "go"
+    binaries = RuntimeBinaries(
+        kubelet=cache / f"kubelet-{kubernetes_version()}" / "kubelet",
+        pause=cache / f"kubelet-{kubernetes_version()}" / "pause",
+        containerd_directory=cache
+        / f"containerd-{pinned_version(go / 'containerd' / 'go.mod', 'github.com/containerd/containerd/v2')}",
+        crictl=cache / f"crictl-{pinned_version(go / 'critools' / 'go.mod', 'sigs.k8s.io/cri-tools')}" / "crictl",
+        cni_directory=cache
+        / f"cni-plugins-{pinned_version(go / 'cni' / 'go.mod', 'github.com/containernetworking/plugins')}",
+        runc=Path(shutil.which("runc") or "/usr/sbin/runc"),
+        iptables=Path(shutil.which("iptables") or "/usr/sbin/iptables"),
+    )
+    missing = binaries.missing()
+    if missing:
+        raise ClusterBinariesMissingError(
+            f"missing {', '.join(missing)}; run tests/cluster/setup to install them (the containers runtime)"
+        )
+    return binaries
 
 
 def free_port() -> int:
@@ -275,10 +305,16 @@ class ControlPlane:
     cpu_node_names: tuple[str, ...] = ("cpu-node-0",)
     gpus_per_node: int = 8
     gpu_product: str = DEFAULT_GPU_PRODUCT
+    # "agent": fake nodes whose pods the node agent runs as processes (start_node_agent). "containers": a real
+    # kubelet and containerd per node, started with the control plane, running pods as containers of their
+    # images (load_images puts images on the nodes).
+    runtime: str = "agent"
     server: str = ""
     _pki: ClusterPki | None = None
     _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _node_agent: processes.ProcessRecord | None = None
+    _network: PodNetwork | None = None
+    _kubelet_nodes: list[KubeletNode] = field(default_factory=list)
 
     @property
     def layout(self) -> ClusterLayout:
@@ -326,7 +362,17 @@ class ControlPlane:
         layout = self.layout
         # A failed earlier attempt leaves etcd data bound to that attempt's peer URL.
         shutil.rmtree(self.run_directory / "etcd", ignore_errors=True)
-        self._pki = make_cluster_pki(layout.pki_directory)
+        extra_addresses: tuple[str, ...] = ()
+        service_range = "10.96.0.0/16"
+        if self.runtime == "containers":
+            from tests.cluster.kubelets import allocate_pod_network
+
+            self._network = allocate_pod_network(self.run_directory, locate_runtime_binaries().iptables)
+            # Pods reach the API server at the `kubernetes` Service's address, the first of the Service range,
+            # which is the host's on the pod network's bridge; the nodes (kubelets) at the bridge's gateway.
+            extra_addresses = (self._network.gateway, self._network.api_address)
+            service_range = self._network.service_range
+        self._pki = make_cluster_pki(layout.pki_directory, extra_addresses)
         etcd_client_port, etcd_peer_port, apiserver_port = free_port(), free_port(), free_port()
         self.server = f"https://127.0.0.1:{apiserver_port}"
 
@@ -352,7 +398,8 @@ class ControlPlane:
             [
                 str(self.binaries.kube_apiserver),
                 f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
-                "--bind-address=127.0.0.1",
+                # With containers, pods reach it from their own network namespaces, through the bridge.
+                "--bind-address=0.0.0.0" if self.runtime == "containers" else "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={apiserver_port}",
                 f"--cert-dir={self.run_directory / 'apiserver'}",
@@ -366,7 +413,7 @@ class ControlPlane:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.service_account_public_key}",
                 f"--service-account-signing-key-file={pki.service_account_private_key}",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={service_range}",
                 # No kubelets or kube-proxy serve the `kubernetes` Service's endpoints here.
                 "--endpoint-reconciler-type=none",
                 # Every fake node is this machine; its address is 127.0.0.1 whatever names it has.
@@ -432,7 +479,10 @@ class ControlPlane:
             ],
         )
 
-        self.create_nodes()
+        if self.runtime == "containers":
+            self._start_kubelet_nodes(apiserver_port, deadline)
+        else:
+            self.create_nodes()
         # The service-account controller creates `default` in each namespace; its presence shows the
         # controller manager works, and pods cannot be created before it exists.
         self._wait_until(
@@ -527,6 +577,75 @@ class ControlPlane:
                 {"status": node_status(gpus)},
                 "application/merge-patch+json",
             )
+
+    def _start_kubelet_nodes(self, apiserver_port: int, deadline: float) -> None:
+        """A containerd and a kubelet per node; each node, once its kubelet registered it, gets the fake GPUs'
+        capacity (a node status patch, as Kubernetes documents for extended resources), and its taints (the
+        not-ready one, which the node lifecycle controller lifts, is off here)."""
+        from tests.cluster.kubelets import KubeletNode, start_cluster_dns
+
+        assert self._network is not None
+        binaries = locate_runtime_binaries()
+        self._network.route_api_server(binaries.iptables, apiserver_port)
+        start_cluster_dns(self._network, self.layout.log_directory, self.layout.pid_directory)
+        for index, name in enumerate(self.node_names):
+            gpus = self.gpus_per_node if name in self.gpu_node_names else 0
+            manifest = node_manifest(name, gpus, self.gpu_product)
+            # The kubelet sets the kubernetes.io labels itself, and may not set others in that namespace.
+            labels = {
+                key: value for key, value in manifest["metadata"]["labels"].items() if "kubernetes.io/" not in key
+            }
+            node = KubeletNode(
+                name=name,
+                index=index,
+                directory=self.run_directory / "nodes" / name,
+                network=self._network,
+                binaries=binaries,
+                labels=labels,
+                taints=manifest["spec"].get("taints", []),
+                kubelet_port=free_port(),
+                healthz_port=free_port(),
+            )
+            self._kubelet_nodes.append(node)
+            node.start_containerd(self.layout.log_directory, self.layout.pid_directory)
+            node.write_record()
+            node.start_kubelet(
+                self.kubeconfig,
+                self.pki.node_agent.certificate,
+                self.pki.node_agent.key,
+                self.layout.log_directory,
+                self.layout.pid_directory,
+            )
+        for name in self.node_names:
+            self._wait_until(deadline, f"the kubelet of {name} to register it", partial(self._node_ready, name))
+            gpus = self.gpus_per_node if name in self.gpu_node_names else 0
+            taints = node_manifest(name, gpus, self.gpu_product)["spec"].get("taints")
+            self.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": taints}}, "application/merge-patch+json")
+            if gpus:
+                capacity = [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": str(gpus)}]
+                self.request("PATCH", f"/api/v1/nodes/{name}/status", capacity, "application/json-patch+json")
+        self._wait_until(deadline, "the fake GPUs to be allocatable", self._gpus_allocatable)
+
+    def _node_ready(self, name: str) -> bool:
+        node = self._get(f"/api/v1/nodes/{name}")
+        conditions = (node or {}).get("status", {}).get("conditions", []) if isinstance(node, dict) else []
+        return any(item["type"] == "Ready" and item["status"] == "True" for item in conditions)
+
+    def _gpus_allocatable(self) -> bool:
+        for name in self.gpu_node_names:
+            node = self._get(f"/api/v1/nodes/{name}")
+            allocatable = node.get("status", {}).get("allocatable", {}) if isinstance(node, dict) else {}
+            if allocatable.get("nvidia.com/gpu") != str(self.gpus_per_node):
+                return False
+        return True
+
+    def load_images(self, archives: Sequence[Path], names: dict[str, Sequence[str]] | None = None) -> None:
+        """Put images on every node (containers runtime): archives as `podman save` writes them, and further
+        names for an imported image (e.g. the name a manifest uses for it)."""
+        if self.runtime != "containers":
+            raise ClusterError("images are loaded onto nodes of the containers runtime only")
+        for node in self._kubelet_nodes:
+            node.import_images(archives, names)
 
     def api_client(self) -> ApiClient:
         """A client of the official `kubernetes` package, authenticated as the admin."""
@@ -623,6 +742,9 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Stop every recorded process of this run, newest first, and collect our children."""
+        if self.runtime == "containers":
+            _stop_kubelet_nodes(self.run_directory, self.layout.pid_directory)
+            self._kubelet_nodes.clear()
         processes.stop_all(self.layout.pid_directory, grace_seconds=10)
         for process in self._children:
             try:
@@ -632,6 +754,16 @@ class ControlPlane:
                 process.wait()
         self._children.clear()
         self._node_agent = None
+
+
+def _stop_kubelet_nodes(run_directory: Path, pid_directory: Path) -> None:
+    from tests.cluster.kubelets import stop_nodes
+
+    try:
+        binaries: RuntimeBinaries | None = locate_runtime_binaries()
+    except ClusterBinariesMissingError:
+        binaries = None
+    stop_nodes(run_directory, pid_directory, binaries)
 
 
 class _PortTakenError(Exception):
@@ -653,10 +785,10 @@ def _command_up(arguments: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 1
     started = time.monotonic()
-    control_plane = ControlPlane(run_directory, binaries)
+    control_plane = ControlPlane(run_directory, binaries, runtime="containers" if arguments.containers else "agent")
     try:
         control_plane.start()
-        if not arguments.no_node_agent:
+        if not arguments.no_node_agent and not arguments.containers:
             control_plane.start_node_agent()
     except ClusterError as error:
         control_plane.stop()
@@ -675,6 +807,8 @@ def _command_up(arguments: argparse.Namespace) -> int:
 
 def _command_down(arguments: argparse.Namespace) -> int:
     run_directory = Path(arguments.run_dir).resolve()
+    if (run_directory / "nodes").is_dir() or (run_directory / "pod-network.json").exists():
+        _stop_kubelet_nodes(run_directory, run_directory / "pids")
     stopped = processes.stop_all(run_directory / "pids", grace_seconds=10)
     print(f"stopped {len(stopped)} processes of {run_directory}", file=sys.stderr)
     return 0
@@ -686,6 +820,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = commands.add_parser("up", help="start a control plane with fake GPU nodes and the node agent")
     up.add_argument("--run-dir", required=True, help="folder for the PKI, data, logs and kubeconfig")
     up.add_argument("--no-node-agent", action="store_true", help="do not run pods")
+    up.add_argument(
+        "--containers",
+        action="store_true",
+        help="real kubelets over containerd run the pods as containers of their images (see README.md)",
+    )
     down = commands.add_parser("down", help="stop every process a control plane started")
     down.add_argument("--run-dir", required=True)
     arguments = parser.parse_args(argv)

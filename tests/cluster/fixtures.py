@@ -14,7 +14,14 @@ from typing import NoReturn
 
 import pytest
 
-from tests.cluster.controlplane import Binaries, ClusterBinariesMissingError, ControlPlane, locate_binaries
+from tests.cluster import images
+from tests.cluster.controlplane import (
+    Binaries,
+    ClusterBinariesMissingError,
+    ControlPlane,
+    locate_binaries,
+    locate_runtime_binaries,
+)
 from tests.cluster.kueue import Kueue, locate_kueue
 
 # What tests see: the control plane, with `kubeconfig`, `server`, `api_client()`, `kubectl()`, `helm()`,
@@ -50,6 +57,35 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
         control_plane.stop()
 
 
+@pytest.fixture(scope="session")
+def container_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A control plane whose nodes are real kubelets over containerd (runtime="containers"): one GPU node and
+    one plain node, holding the runner image built from the Dockerfile (`images.TAGS["runner"]`), for the
+    whole session. A second control plane beside `kube_cluster`, whose nodes still run pods as processes."""
+    binaries = required_binaries()
+    try:
+        locate_runtime_binaries()
+    except ClusterBinariesMissingError as error:
+        _skip_or_fail(error)
+    try:
+        runner = images.saved_archive(images.build("runner"))
+    except images.ImageBuildError as error:
+        _skip_or_fail(ClusterBinariesMissingError(str(error)))
+    control_plane = ControlPlane(
+        tmp_path_factory.mktemp("container-cluster"),
+        binaries,
+        gpu_node_names=("gpu-node-0",),
+        cpu_node_names=("cpu-node-0",),
+        runtime="containers",
+    )
+    try:
+        control_plane.start()
+        control_plane.load_images([runner])
+        yield control_plane
+    finally:
+        control_plane.stop()
+
+
 @pytest.fixture
 def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     """A fresh namespace for one test, deleted (with everything in it) afterwards."""
@@ -59,6 +95,17 @@ def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     )
     yield name
     kube_cluster.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def container_namespace(container_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace on `container_cluster` for one test, deleted afterwards."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    container_cluster.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    yield name
+    container_cluster.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
 @pytest.fixture(scope="session")

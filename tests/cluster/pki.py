@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,8 @@ class ClusterPki:
 
     ca: CertificatePair
     apiserver: CertificatePair
-    # Served by the node agent where the API server expects the nodes' kubelets (for `kubectl logs`).
+    # Served where the API server expects the nodes' kubelets (for `kubectl logs`): by the node agent, or by
+    # the real kubelets of the `containers` runtime.
     node_agent: CertificatePair
     admin: CertificatePair
     controller_manager: CertificatePair
@@ -179,8 +181,12 @@ def make_serving_pair(directory: Path, file_stem: str, common_name: str) -> Cert
     )
 
 
-def make_cluster_pki(directory: Path) -> ClusterPki:
-    """Write a new CA, the serving and client certificates, and the service-account key pair."""
+def make_cluster_pki(directory: Path, extra_addresses: Sequence[str] = ()) -> ClusterPki:
+    """Write a new CA, the serving and client certificates, and the service-account key pair.
+
+    extra_addresses: IP addresses the API server and the nodes are reached at besides 127.0.0.1 (the pod
+    network's, where pods run in containers of their own)."""
+    extra_names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(address)) for address in extra_addresses]
     directory.mkdir(parents=True, exist_ok=True)
     ca, ca_key, ca_certificate = _make_ca(directory)
 
@@ -191,6 +197,7 @@ def make_cluster_pki(directory: Path) -> ClusterPki:
         x509.DNSName("kubernetes.default.svc"),
         x509.DNSName("kubernetes.default.svc.cluster.local"),
         x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
+        *extra_names,
     ]
     apiserver = _issue(
         directory,
@@ -209,7 +216,11 @@ def make_cluster_pki(directory: Path) -> ClusterPki:
         ExtendedKeyUsageOID.SERVER_AUTH,
         ca_key=ca_key,
         ca_certificate=ca_certificate,
-        alternative_names=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))],
+        alternative_names=[
+            x509.DNSName("localhost"),
+            x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
+            *extra_names,
+        ],
     )
 
     def client(file_stem: str, user: str, group: str | None = None) -> CertificatePair:

@@ -27,6 +27,8 @@ from batchmark.runner.contract import (
     ENV_POD,
     ENV_TERMINATION,
     ENV_UID,
+    RUNNER_GID,
+    RUNNER_UID,
     TERMINATION_MESSAGE_PATH,
 )
 
@@ -35,7 +37,6 @@ RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
-RUNNER_UID = 1000
 # The runner container's requests where spec.resources gives neither a request nor a limit: vLLM loads the
 # model through host memory and tokenizes on the CPU; the simulated engine is one small Python process.
 DEFAULT_REQUESTS = {"vllm": {"cpu": "2", "memory": "8Gi"}, "simulated": {"cpu": "100m", "memory": "256Mi"}}
@@ -224,8 +225,8 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUNNER_UID,
-            "runAsGroup": RUNNER_UID,
-            "fsGroup": RUNNER_UID,
+            "runAsGroup": RUNNER_GID,
+            "fsGroup": RUNNER_GID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],

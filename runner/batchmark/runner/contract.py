@@ -54,6 +54,11 @@ CONFIG_KEY: Final = "config.yaml"
 CONFIG_PATH: Final = f"{CONFIG_DIRECTORY}/{CONFIG_KEY}"
 # Kubernetes' default: the runner writes its compact summary there, the operator reads it from the pod's status.
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
+# The user and group the runner image's user has (docker/Dockerfile's BATCHMARK_UID/BATCHMARK_GID build
+# arguments), which the operator's Job runs the pod as (fsGroup: its volumes writable by that group); the chart's
+# operator Deployment uses the same numbers (tests/unit/images/test_runner_identity.py checks all three).
+RUNNER_UID: Final = 10001
+RUNNER_GID: Final = 10001
 
 # --- the results ConfigMap ---------------------------------------------------------------------------------
 

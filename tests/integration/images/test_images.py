@@ -2,25 +2,26 @@
 
 scripts/setup/images.sh (run by scripts/test) makes the inputs: a Debian bookworm base image built locally with
 mmdebstrap, standing in for both python:3.11-slim and vLLM's image, and a wheelhouse of every pinned package,
-which the build reads with PIP_NO_INDEX. podman builds with `--isolation chroot` and runs with runc and low
-ulimits (what works in this sandbox; see README.md beside this file). Layers stay in podman's store, so a run
-after an unchanged tree reuses them.
+which the build reads with PIP_NO_INDEX (tests/cluster/images.py builds them). podman builds with
+`--isolation chroot` and runs with runc and low ulimits (what works in this sandbox; see README.md beside this
+file). Layers stay in podman's store, so a run after an unchanged tree reuses them.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
+from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
+from tests.cluster import images as project_images
+
 pytestmark = [pytest.mark.integration, pytest.mark.images]
 
-ROOT = Path(__file__).resolve().parents[3]
-USER_ID = "10001"
+USER_ID = str(RUNNER_UID)
+# An arbitrary UID with GID 0, as OpenShift's restricted policy runs a container: it has no passwd entry.
+ARBITRARY_USER = "1000640000:0"
 RUN_FLAGS = (
     "--rm",
     "--runtime",
@@ -40,63 +41,30 @@ class Images:
     runner: str
 
 
-def podman(*arguments: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["podman", *arguments], capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT
-    )
-
-
-def build(target: str, base: str, wheelhouse: str) -> str:
-    tag = f"localhost/batchmark-{target}:test"
-    built = podman(
-        "build",
-        "--file",
-        "docker/Dockerfile",
-        "--isolation",
-        "chroot",
-        "--target",
-        target,
-        "--tag",
-        tag,
-        "--volume",
-        f"{wheelhouse}:/wheelhouse:ro",
-        "--build-arg",
-        "PIP_NO_INDEX=1",
-        "--build-arg",
-        "PIP_FIND_LINKS=/wheelhouse",
-        "--build-arg",
-        f"PYTHON_IMAGE={base}",
-        "--build-arg",
-        f"VLLM_IMAGE={base}",
-        "--build-arg",
-        "REVISION=test",
-        ".",
-    )
-    assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
-    return tag
-
-
 @pytest.fixture(scope="module")
 def images() -> Images:
-    if shutil.which("podman") is None:
-        pytest.fail("podman is not installed: run scripts/setup/images.sh (scripts/test does)")
-    located = subprocess.run(
-        [str(ROOT / "scripts/setup/images.sh"), "--locate"], capture_output=True, text=True, check=False
-    )
-    assert located.returncode == 0, located.stderr
-    base, wheelhouse = located.stdout.split()
-    return Images(operator=build("operator", base, wheelhouse), runner=build("runner", base, wheelhouse))
+    try:
+        return Images(operator=project_images.build("operator"), runner=project_images.build("runner"))
+    except project_images.ImageBuildError as error:
+        pytest.fail(str(error))
 
 
-def run(image: str, *arguments: str, entrypoint: str | None = None, read_only: bool = False) -> str:
-    flags = [*RUN_FLAGS, *(["--entrypoint", entrypoint] if entrypoint else []), *(["--read-only"] if read_only else [])]
-    result = podman("run", *flags, image, *arguments, timeout=300)
+def run(
+    image: str, *arguments: str, entrypoint: str | None = None, read_only: bool = False, user: str | None = None
+) -> str:
+    flags = [
+        *RUN_FLAGS,
+        *(["--entrypoint", entrypoint] if entrypoint else []),
+        *(["--read-only"] if read_only else []),
+        *(["--user", user] if user else []),
+    ]
+    result = project_images.podman("run", *flags, image, *arguments, timeout=300)
     assert result.returncode == 0, f"{arguments}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
     return result.stdout
 
 
 def inspect(image: str) -> dict[str, object]:
-    result = podman("image", "inspect", image)
+    result = project_images.podman("image", "inspect", image)
     assert result.returncode == 0, result.stderr
     found: dict[str, object] = json.loads(result.stdout)[0]
     return found
@@ -107,7 +75,7 @@ def test_images_run_as_a_non_root_user_with_oci_labels(images: Images, target: s
     image = getattr(images, target)
     config = inspect(image)["Config"]
     assert isinstance(config, dict)
-    assert config["User"] == USER_ID
+    assert config["User"] == f"{RUNNER_UID}:{RUNNER_GID}"
     assert config["Entrypoint"] == ["batchmark"]
     labels = config["Labels"]
     assert labels["org.opencontainers.image.title"] == f"batchmark-{target}"
@@ -115,6 +83,7 @@ def test_images_run_as_a_non_root_user_with_oci_labels(images: Images, target: s
     assert labels["org.opencontainers.image.version"]
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     assert run(image, "-u", entrypoint="id").strip() == USER_ID
+    assert run(image, "-g", entrypoint="id").strip() == str(RUNNER_GID)
 
 
 def test_the_operator_image_has_the_operator_extra_and_no_engine(images: Images) -> None:
@@ -150,3 +119,26 @@ def test_the_runner_image_runs_a_simulated_benchmark_as_its_user(images: Images)
     (benchmark,) = report["benchmarks"]
     assert benchmark["requests"]["completed"] == 40
     assert report["engine"]["simulated"] is True
+
+
+# Every place vLLM, PyTorch, Triton and Hugging Face cache to, by the variables the image sets.
+CACHE_VARIABLES = (
+    "HOME",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",
+    "VLLM_CONFIG_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+)
+
+
+@pytest.mark.parametrize("user", [None, ARBITRARY_USER], ids=["image-user", "arbitrary-uid-gid-0"])
+def test_the_runner_writes_its_home_and_caches(images: Images, user: str | None) -> None:
+    # Writes a file in each cache folder (made if absent, as the libraries do) and in the working directory.
+    writes = " && ".join(f'mkdir -p "${variable}" && touch "${variable}/written"' for variable in CACHE_VARIABLES)
+    script = f"set -e; {writes}; touch ./written; python3 -c 'import getpass; print(getpass.getuser())'; id -u"
+    name, uid = run(images.runner, "-c", script, entrypoint="sh", user=user).split()
+    assert uid == (user or USER_ID).split(":")[0]
+    assert name == "batchmark"  # PyTorch names its caches after the user, which an arbitrary UID lacks

@@ -30,6 +30,11 @@ CRD_PATH = ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"
 @pytest.fixture(scope="session")
 def batchmark_crd(kube_cluster: KubeCluster) -> KubeCluster:
     """The control plane with the BatchBenchmark CRD applied and established."""
+    return with_the_crd(kube_cluster)
+
+
+def with_the_crd(kube_cluster: KubeCluster) -> KubeCluster:
+    """Apply the BatchBenchmark CRD to ``kube_cluster`` and wait until kubectl can use it."""
     kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
 
     def established() -> bool:

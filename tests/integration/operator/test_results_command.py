@@ -1,11 +1,17 @@
 """`batchmark results` against the real API server: the kubeconfig's context picks the namespace, a benchmark that
 is not there or has not finished is named, and the report comes back whole. No operator runs: the BatchBenchmark
 that `batchmark manifest` prints is applied, and its finished status and results ConfigMap are written as the
-runner writes them."""
+runner writes them.
+
+The session's operator (started by other modules' tests) watches every namespace of the session's control plane
+and would run these benchmarks itself, racing the statuses written here; so this module has a control plane of
+its own, with the CRD and no operator."""
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +21,36 @@ import yaml
 from batchmark.runner.cli import main
 from batchmark.runner.outputs import load_report
 from batchmark.runner.statuswriter import report_config_map_data
-from tests.cluster.fixtures import KubeCluster
-from tests.integration.operator.conftest import kubectl_apply
+from tests.cluster.controlplane import ControlPlane
+from tests.cluster.fixtures import KubeCluster, required_binaries
+from tests.integration.operator.conftest import kubectl_apply, with_the_crd
 from tests.integration.runner.harness import run_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 MERGE_PATCH = "application/merge-patch+json"
+
+
+@pytest.fixture(scope="module")
+def batchmark_crd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A control plane of this module's own, with the CRD applied and no operator (nor nodes) acting on it."""
+    control_plane = ControlPlane(tmp_path_factory.mktemp("results-cluster"), required_binaries())
+    try:
+        control_plane.start()
+        yield with_the_crd(control_plane)
+    finally:
+        control_plane.stop()
+
+
+@pytest.fixture
+def kube_namespace(batchmark_crd: KubeCluster) -> Iterator[str]:
+    """A fresh namespace of this module's control plane."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    batchmark_crd.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    yield name
+    batchmark_crd.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
 def cli(argv: list[str]) -> int:

@@ -48,6 +48,12 @@ def test_the_image_pins_satisfy_pyproject() -> None:
         assert requirement.specifier.contains(operator[name]), f"{name}=={operator[name]} breaks {line}"
     runner = pins(ROOT / "docker" / "runner-constraints.txt")
     assert runner, "the runner pins what vLLM's image lacks"
+    # The runner image installs the `cluster` extra (its status writer's API client), which vLLM does not bring.
+    for line in project["optional-dependencies"]["cluster"]:
+        requirement = Requirement(line)
+        name = canonical(requirement.name)
+        assert name in runner, f"{name} is not pinned in docker/runner-constraints.txt: run scripts/lock-images"
+        assert requirement.specifier.contains(runner[name]), f"{name}=={runner[name]} breaks {line}"
     for name, version in runner.items():
         assert operator.get(name) == version, f"{name}: the two images pin different versions"
 

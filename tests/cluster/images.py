@@ -1,0 +1,98 @@
+"""The project's two images, built from the Dockerfile with podman the way the tests build them (no registry and
+no network: the Debian base and the wheelhouse come from scripts/setup/images.sh), and saved as archives that
+the containers runtime's nodes import.
+
+podman keeps the layers, so a build after an unchanged tree takes seconds; a saved archive is kept per image
+ID under ~/.cache/batchmark/images/archives (BATCHMARK_IMAGES_CACHE moves the root), the previous one of the
+same image removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TAGS = {"operator": "localhost/batchmark-operator:test", "runner": "localhost/batchmark-runner:test"}
+
+
+class ImageBuildError(RuntimeError):
+    """podman or the build's inputs are missing, or the build failed; the message says which."""
+
+
+def podman(*arguments: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["podman", *arguments], capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT
+    )
+
+
+def build_inputs() -> tuple[str, str]:
+    """The locally made base image and the wheelhouse; ImageBuildError when scripts/setup/images.sh has not run."""
+    if shutil.which("podman") is None:
+        raise ImageBuildError("podman is not installed: run scripts/setup/images.sh (scripts/test does)")
+    located = subprocess.run(
+        [str(ROOT / "scripts" / "setup" / "images.sh"), "--locate"], capture_output=True, text=True, check=False
+    )
+    if located.returncode != 0:
+        raise ImageBuildError(located.stderr.strip())
+    base, wheelhouse = located.stdout.split()
+    return base, wheelhouse
+
+
+def build(target: str) -> str:
+    """Build the Dockerfile's `target` (operator or runner) on the local base; its tag."""
+    base, wheelhouse = build_inputs()
+    tag = TAGS[target]
+    built = podman(
+        "build",
+        "--file",
+        "docker/Dockerfile",
+        "--isolation",
+        "chroot",
+        "--target",
+        target,
+        "--tag",
+        tag,
+        "--volume",
+        f"{wheelhouse}:/wheelhouse:ro",
+        "--build-arg",
+        "PIP_NO_INDEX=1",
+        "--build-arg",
+        "PIP_FIND_LINKS=/wheelhouse",
+        "--build-arg",
+        f"PYTHON_IMAGE={base}",
+        "--build-arg",
+        f"VLLM_IMAGE={base}",
+        "--build-arg",
+        "REVISION=test",
+        ".",
+    )
+    if built.returncode != 0:
+        raise ImageBuildError(f"podman build --target {target} failed:\n{built.stdout[-4000:]}{built.stderr[-4000:]}")
+    return tag
+
+
+def saved_archive(tag: str) -> Path:
+    """The image as a `podman save` archive (docker-archive: it carries the image's name), saved once per ID."""
+    inspected = podman("image", "inspect", "--format", "{{.Id}}", tag)
+    if inspected.returncode != 0:
+        raise ImageBuildError(inspected.stderr.strip())
+    image_id = inspected.stdout.strip()[:16]
+    stem = tag.rsplit("/", 1)[-1].replace(":", "-")
+    cache = Path(os.environ.get("BATCHMARK_IMAGES_CACHE") or Path.home() / ".cache" / "batchmark" / "images")
+    folder = cache / "archives"
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / f"{stem}-{image_id}.tar"
+    if not archive.exists():
+        partial = archive.with_suffix(f".partial.{os.getpid()}")
+        saved = podman("save", "--format", "docker-archive", "--output", str(partial), tag)
+        if saved.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise ImageBuildError(f"podman save {tag} failed: {saved.stderr.strip()}")
+        partial.replace(archive)
+        for older in folder.glob(f"{stem}-*.tar"):
+            if older != archive:
+                older.unlink(missing_ok=True)
+    return archive

@@ -1,0 +1,376 @@
+"""Benchmarks as a user's cluster runs them: the operator's Job on a real kubelet over containerd, in the runner
+image built from the Dockerfile, with the operator's securityContext (tests/cluster, runtime="containers")."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client import CoreV1Api
+
+from batchmark.operator.children import RUNNER_CONTAINER
+from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
+from batchmark.runner.statuswriter import read_report_config_map
+from tests.cluster import images
+from tests.cluster.controlplane import GPU_TOLERATION, locate_runtime_binaries
+from tests.cluster.fixtures import KubeCluster
+from tests.cluster.ociarchive import write_image_archive
+from tests.integration.operator.conftest import (
+    CRD_PATH,
+    OperatorProcess,
+    benchmark,
+    example,
+    kubectl_apply,
+    wait_for_phase,
+)
+from tests.polling import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
+
+CHART = Path(__file__).resolve().parents[3] / "charts" / "batchmark"
+
+# Every place the image's user writes: home, working directory, and the caches of vLLM, PyTorch, Triton and
+# Hugging Face, by the variables the image sets (a cache folder is made when absent, as the libraries do).
+WRITES = (
+    "set -e; "
+    + " && ".join(
+        f'mkdir -p "${variable}" && touch "${variable}/written"'
+        for variable in (
+            "HOME",
+            "XDG_CACHE_HOME",
+            "XDG_CONFIG_HOME",
+            "HF_HOME",
+            "VLLM_CACHE_ROOT",
+            "VLLM_CONFIG_ROOT",
+            "TORCHINDUCTOR_CACHE_DIR",
+            "TRITON_CACHE_DIR",
+        )
+    )
+    + " && touch ./written && echo written"
+)
+# OpenShift's restricted policy runs a pod as a UID from the namespace's range, with GID 0.
+ARBITRARY_UID = 1000640000
+
+
+@pytest.fixture(scope="module")
+def operator(container_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The CRD applied, and the operator running (as a process, as the operator's e2e tests run it)."""
+    container_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
+    container_cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", timeout_seconds=60)
+    wait_for("bb in discovery", lambda: container_cluster.kubectl("get", "bb", "-A", check=False).returncode == 0, 60)
+    process = OperatorProcess(container_cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def pod_of(cluster: KubeCluster, namespace: str, name: str) -> Any:
+    pods = (
+        CoreV1Api(cluster.api_client())
+        .list_namespaced_pod(namespace, label_selector=f"batchmark.dev/benchmark={name}")
+        .items
+    )
+    return pods[0] if pods else None
+
+
+def container_process(pod_uid: str, *words: str) -> int | None:
+    """The PID (on this machine) of a process of the pod whose command line holds every word."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cgroups = (entry / "cgroup").read_text()
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"pod{pod_uid}" in cgroups and all(word.encode() in command for word in words):
+            return int(entry.name)
+    return None
+
+
+def ids(pid: int) -> tuple[list[int], list[int]]:
+    """The process' real, effective, saved and file-system UIDs, and GIDs."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return [int(value) for value in fields["Uid"].split()], [int(value) for value in fields["Gid"].split()]
+
+
+# First in this module: the module's `operator` (a process, watching every namespace) must not run beside it.
+def test_the_operator_runs_from_its_image_installed_by_helm(
+    container_cluster: KubeCluster, container_namespace: str
+) -> None:
+    cluster, namespace = container_cluster, container_namespace
+    cluster.load_images([images.saved_archive(images.build("operator"))])
+    repository, tag = images.TAGS["operator"].rsplit(":", 1)
+    runner_repository, runner_tag = images.TAGS["runner"].rsplit(":", 1)
+    installed = cluster.helm(
+        "install", "batchmark", str(CHART), "--namespace", namespace, "--wait", "--timeout", "3m",
+        "--set", f"operator.image.repository={repository}", "--set", f"operator.image.tag={tag}",
+        "--set", f"benchmarkDefaults.image.repository={runner_repository}",
+        "--set", f"benchmarkDefaults.image.tag={runner_tag}",
+        check=False,
+    )  # fmt: skip
+    try:
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        selector = "app.kubernetes.io/component=operator"
+        (pod,) = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)[
+            "items"
+        ]
+        assert pod["spec"]["nodeName"] == "cpu-node-0"
+        # `batchmark operator` runs in a container of the operator image, as the image's user.
+        pid = wait_for("the operator's process", lambda: container_process(pod["metadata"]["uid"], "operator"), 30)
+        root = Path(f"/proc/{pid}/root")
+        assert os.stat(root).st_ino != os.stat("/").st_ino or os.stat(root).st_dev != os.stat("/").st_dev
+        assert (root / "opt" / "batchmark" / "bin" / "batchmark").exists()
+        assert ids(pid) == ([RUNNER_UID] * 4, [RUNNER_GID] * 4)
+
+        # It runs a benchmark, reaching the API server from its pod as in-cluster clients do.
+        manifest = example("simulated-throughput.yaml", name="by-the-chart")
+        del manifest["spec"]["metrics"]
+        manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 60}]
+        applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+        assert applied.returncode == 0, applied.stderr
+        try:
+            status = wait_for_phase(cluster, namespace, "by-the-chart", {"Succeeded", "Failed"}, 180)["status"]
+        except AssertionError:
+            logs = cluster.kubectl("logs", "-n", namespace, "-l", selector, "--tail", "40", check=False)
+            raise AssertionError(f"the chart's operator:\n{logs.stdout}{logs.stderr}") from None
+        assert status["phase"] == "Succeeded", status
+        job = json.loads(cluster.kubectl("get", "job", "by-the-chart", "-n", namespace, "-o", "json").stdout)
+        assert job["spec"]["template"]["spec"]["containers"][0]["image"] == images.TAGS["runner"]
+    finally:
+        cluster.helm("uninstall", "batchmark", "--namespace", namespace, "--wait", check=False)
+        wait_for(
+            "the chart's operator to be gone",
+            lambda: (
+                not CoreV1Api(cluster.api_client())
+                .list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=operator")
+                .items
+            ),
+            120,
+        )
+
+
+def test_the_operators_job_runs_the_benchmark_in_the_runner_image_as_its_user(
+    operator: OperatorProcess, container_namespace: str
+) -> None:
+    cluster, namespace, name = operator.cluster, container_namespace, "in-a-container"
+    manifest = example("simulated-throughput.yaml", name=name)
+    manifest["spec"]["image"] = images.TAGS["runner"]
+    # Each pod has an address of its own: the default metrics port, as on a real cluster.
+    del manifest["spec"]["metrics"]
+    # Long enough to look at it while it runs.
+    manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
+    manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 25}]
+    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+    assert applied.returncode == 0, applied.stderr
+    wait_for_phase(cluster, namespace, name, {"Running"}, timeout_seconds=120)
+    pod = wait_for("the benchmark's pod", lambda: pod_of(cluster, namespace, name), 30)
+    pod_name: str = pod.metadata.name
+
+    # `batchmark run` is a process in a container: the image's file system is its root, the pod's user its user.
+    pid = wait_for("the runner's process", lambda: container_process(pod.metadata.uid, "run", "--config"), 60)
+    root = Path(f"/proc/{pid}/root")
+    assert os.stat(root).st_ino != os.stat("/").st_ino or os.stat(root).st_dev != os.stat("/").st_dev
+    assert (root / "opt" / "batchmark" / "bin" / "batchmark").exists()
+    assert ids(pid) == ([RUNNER_UID] * 4, [RUNNER_GID] * 4)
+
+    # Its metrics at the pod's own address, where a PodMonitor's target points.
+    pod_ip = wait_for("the pod's address", lambda: pod_of(cluster, namespace, name).status.pod_ip, 30)
+    with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=10) as answer:
+        assert "batchmark_" in answer.read().decode()
+
+    # The pod's user writes its home, working directory and every cache the engines use.
+    written = cluster.kubectl(
+        "exec", "-n", namespace, pod_name, "-c", RUNNER_CONTAINER, "--", "sh", "-c", WRITES, check=False
+    )
+    assert written.returncode == 0, written.stderr
+    assert written.stdout.strip() == "written"
+
+    found = wait_for_phase(cluster, namespace, name, {"Succeeded", "Failed"}, timeout_seconds=180)
+    assert found["status"]["phase"] == "Succeeded", found["status"]
+    assert found["status"]["results"][0]["requests"]["completed"] > 0
+    # The full report in the results ConfigMap: only the runner writes it, through the API server it reaches
+    # from the pod's network at the `kubernetes` Service's address, with the pod's service-account token.
+    config_map = CoreV1Api(cluster.api_client()).read_namespaced_config_map(f"{name}-results", namespace)
+    report = read_report_config_map(config_map.to_dict())
+    assert report is not None
+    assert report.benchmarks[0].requests.completed > 0
+
+
+def test_the_runner_image_runs_a_benchmark_under_an_arbitrary_uid_with_gid_0(
+    container_cluster: KubeCluster, container_namespace: str
+) -> None:
+    run_benchmark = (
+        "batchmark run --quiet --name arbitrary-uid"
+        " --backend kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated,simulation.time_scale=0"
+        " --data kind=synthetic_text,prompt_tokens=64,output_tokens=16"
+        " --profile kind=throughput,max_concurrency=16 --constraint kind=max_requests,count=40"
+        " --output results.json >run.log 2>&1 || { cat run.log; exit 1; }"
+    )
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "arbitrary-uid"},
+        "spec": {
+            "restartPolicy": "Never",
+            "tolerations": [GPU_TOLERATION],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": ARBITRARY_UID,
+                "runAsGroup": 0,
+                "fsGroup": ARBITRARY_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "runner",
+                    "image": images.TAGS["runner"],
+                    "command": ["sh", "-c", f"{WRITES}; {run_benchmark}; id -u; id -g; stat -c %u:%g results.json"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+    applied = kubectl_apply(container_cluster, container_namespace, json.dumps(pod))
+    assert applied.returncode == 0, applied.stderr
+    container_cluster.wait(
+        "--for=jsonpath={.status.phase}=Succeeded", "pod/arbitrary-uid", "-n", container_namespace, timeout_seconds=180
+    )
+    logs = container_cluster.kubectl("logs", "-n", container_namespace, "arbitrary-uid").stdout.split()
+    assert logs == ["written", str(ARBITRARY_UID), "0", f"{ARBITRARY_UID}:0"]
+
+
+def short_benchmark(name: str, **spec: Any) -> dict[str, Any]:
+    manifest = example("simulated-throughput.yaml", name=name)
+    manifest["spec"]["image"] = images.TAGS["runner"]
+    del manifest["spec"]["metrics"]
+    manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 60}]
+    manifest["spec"].update(spec)
+    return manifest
+
+
+def events_of(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    listed = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    )
+    return [
+        {"type": event["type"], "reason": event["reason"], "message": event["message"]}
+        for event in json.loads(listed.stdout)["items"]
+    ]
+
+
+def test_a_memory_limit_below_the_runners_needs_is_oomkilled_by_the_kernel(
+    operator: OperatorProcess, container_namespace: str
+) -> None:
+    cluster, namespace = operator.cluster, container_namespace
+    starved = short_benchmark("starved", resources={"limits": {"nvidia.com/gpu": 1, "memory": "64Mi"}})
+    assert kubectl_apply(cluster, namespace, yaml.safe_dump(starved)).returncode == 0
+    status = wait_for_phase(cluster, namespace, "starved", {"Failed", "Succeeded"}, 120)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "OOMKilled"), status
+    assert status["message"] == "the runner ran out of memory (raise spec.resources.limits.memory)"
+    pod = CoreV1Api(cluster.api_client()).read_namespaced_pod(status["podName"], namespace)
+    terminated = pod.status.container_statuses[0].state.terminated  # type: ignore[index,union-attr]
+    assert (terminated.reason, terminated.exit_code) == ("OOMKilled", 137)  # type: ignore[union-attr]
+    expected = {"type": "Warning", "reason": "Failed", "message": f"OOMKilled: {status['message']}"}
+    assert expected in events_of(cluster, namespace, "starved")
+
+
+def test_an_image_no_registry_serves_backs_off_in_scheduling_until_its_timeout(
+    operator: OperatorProcess, container_namespace: str
+) -> None:
+    cluster, namespace = operator.cluster, container_namespace
+    # Nothing listens on port 9 of this machine: containerd's pull fails at once, and no traffic leaves.
+    image = "127.0.0.1:9/batchmark/batchmark-runner:missing"
+    manifest = short_benchmark("unpullable", image=image, timeout=40)
+    assert kubectl_apply(cluster, namespace, yaml.safe_dump(manifest)).returncode == 0
+
+    def backing_off() -> dict[str, Any] | None:
+        status: dict[str, Any] = benchmark(cluster, namespace, "unpullable").get("status") or {}
+        return status if status.get("reason") == "ImagePullBackOff" else None
+
+    status = wait_for("ImagePullBackOff", backing_off, 90)
+    assert status["phase"] == "Scheduling"
+    assert status["message"].startswith(f'Back-off pulling image "{image}"'), status["message"]
+    assert any(
+        event["type"] == "Warning" and event["reason"] == "ImagePullBackOff"
+        for event in events_of(cluster, namespace, "unpullable")
+    )
+    status = wait_for_phase(cluster, namespace, "unpullable", {"Failed", "Succeeded"}, 90)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded"), status
+
+
+def run_pod(cluster: KubeCluster, namespace: str, name: str, image: str, command: list[str], **spec: Any) -> None:
+    container: dict[str, Any] = {"name": "main", "image": image, "command": command}
+    container.update(spec.pop("container", {}))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
+    }
+    applied = kubectl_apply(cluster, namespace, json.dumps(pod))
+    assert applied.returncode == 0, applied.stderr
+
+
+def test_run_as_non_root_refuses_an_image_whose_user_is_root(
+    container_cluster: KubeCluster, container_namespace: str, tmp_path: Path
+) -> None:
+    image = "localhost/batchmark-root:test"
+    archive = tmp_path / "root.tar"
+    pause = locate_runtime_binaries().pause
+    write_image_archive(archive, image, {"/pause": (pause, 0o755)}, ["/pause"])  # no USER: root
+    container_cluster.load_images([archive])
+    run_pod(
+        container_cluster,
+        container_namespace,
+        "as-root",
+        image,
+        ["/pause", "-v"],
+        securityContext={"runAsNonRoot": True},
+    )
+
+    def refused() -> Any:
+        pod = CoreV1Api(container_cluster.api_client()).read_namespaced_pod("as-root", container_namespace)
+        statuses = pod.status.container_statuses or []  # type: ignore[union-attr]
+        waiting = statuses[0].state.waiting if statuses else None  # type: ignore[union-attr]
+        return waiting if waiting is not None and waiting.reason == "CreateContainerConfigError" else None
+
+    waiting = wait_for("the kubelet's refusal", refused, 60)
+    assert "container has runAsNonRoot and image will run as root" in waiting.message
+
+
+def test_a_read_only_root_file_system_takes_writes_only_in_volumes(
+    container_cluster: KubeCluster, container_namespace: str
+) -> None:
+    script = 'touch /scratch/written && echo volume-written; touch "$HOME/written" 2>&1 || echo home-refused'
+    run_pod(
+        container_cluster,
+        container_namespace,
+        "read-only",
+        images.TAGS["runner"],
+        ["sh", "-c", script],
+        container={
+            "securityContext": {"readOnlyRootFilesystem": True},
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+        },
+        volumes=[{"name": "scratch", "emptyDir": {}}],
+    )
+    container_cluster.wait(
+        "--for=jsonpath={.status.phase}=Succeeded", "pod/read-only", "-n", container_namespace, timeout_seconds=120
+    )
+    logs = container_cluster.kubectl("logs", "-n", container_namespace, "read-only").stdout
+    assert logs.splitlines()[0] == "volume-written"
+    assert "Read-only file system" in logs
+    assert logs.splitlines()[-1] == "home-refused"

@@ -1,0 +1,43 @@
+"""One identity for the images' user: the Dockerfile, the operator's benchmark Jobs and the chart agree on it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from batchmark.operator import children
+from batchmark.operator.api import BatchBenchmarkSpec
+from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def dockerfile_default(name: str) -> int:
+    (value,) = re.findall(rf"^ARG {name}=(\d+)$", (ROOT / "docker" / "Dockerfile").read_text(), re.MULTILINE)
+    return int(value)
+
+
+def test_the_dockerfile_builds_the_user_the_operator_runs_benchmarks_as() -> None:
+    assert dockerfile_default("BATCHMARK_UID") == RUNNER_UID
+    assert dockerfile_default("BATCHMARK_GID") == RUNNER_GID
+    # Both stages run as those build arguments, numerically (runAsNonRoot can check a number only).
+    stages = (ROOT / "docker" / "Dockerfile").read_text().split("\nFROM ")[1:]
+    users = [re.findall(r"^USER (.+)$", stage, re.MULTILINE) for stage in stages]
+    assert [found for found in users if found] == [["${BATCHMARK_UID}:${BATCHMARK_GID}"]] * 2
+
+
+def test_the_job_runs_as_the_image_user() -> None:
+    example = yaml.safe_load((ROOT / "examples" / "simulated-throughput.yaml").read_text())
+    job = children.job(children.Owner("ns", "qwen3", "uid-1"), BatchBenchmarkSpec.model_validate(example["spec"]))
+    security = job["spec"]["template"]["spec"]["securityContext"]
+    assert security["runAsUser"] == RUNNER_UID
+    assert security["runAsGroup"] == RUNNER_GID
+    assert security["fsGroup"] == RUNNER_GID
+
+
+def test_the_chart_runs_its_pods_as_the_image_user() -> None:
+    values = yaml.safe_load((ROOT / "charts" / "batchmark" / "values.yaml").read_text())
+    expected = {"runAsUser": RUNNER_UID, "runAsGroup": RUNNER_GID, "fsGroup": RUNNER_GID}
+    assert values["operator"]["securityContext"] == expected
