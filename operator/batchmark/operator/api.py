@@ -201,9 +201,11 @@ class BatchBenchmarkSpec(ApiModel):
     resources: ResourceRequirements | None = Field(
         default=None,
         description=(
-            "Resources of the runner container. Unset with engine vllm: tensor_parallel_size x"
-            " pipeline_parallel_size (from vllmConfig) nvidia.com/gpu, and the GPU taint is tolerated;"
-            " unset with engine simulated: none."
+            "Resources of the runner container, merged with the engine's needs: with engine vllm, a"
+            " limit of tensor_parallel_size x pipeline_parallel_size (from vllmConfig) nvidia.com/gpu unless"
+            " nvidia.com/gpu is given here (0: none), and the GPU taint tolerated when GPUs are asked for"
+            " and tolerations is unset; requests of cpu and memory where neither a request nor a limit is"
+            " given here (vllm: 2 and 8Gi, simulated: 100m and 256Mi)."
         ),
     )
     node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pod must match.")
@@ -335,7 +337,10 @@ class BatchBenchmarkStatus(ApiModel):
     queue: QueueStatus | None = Field(
         default=None, description="While Queued: its position in its Kueue LocalQueue, where Kueue reports it."
     )
-    results_config_map: str | None = Field(default=None, description="ConfigMap holding the full report.")
+    results_config_map: str | None = Field(
+        default=None,
+        description="ConfigMap holding the full report, which the runner creates (one per attempt: the latest).",
+    )
     run_id: str | None = Field(default=None, description="Id of the runner's run (in the full report too).")
     progress: ProgressStatus | None = Field(default=None, description="The run in progress (written by the runner).")
     engine: EngineStatus | None = Field(default=None, description="The engine that ran (written by the runner).")
