@@ -407,6 +407,9 @@ class ControlPlane:
                 f"--tls-private-key-file={pki.apiserver.key}",
                 f"--client-ca-file={pki.ca.certificate}",
                 "--authorization-mode=RBAC",
+                # On top of the default plugins, as OpenShift: setting blockOwnerDeletion needs update on the
+                # owner's finalizers.
+                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.service_account_public_key}",
                 f"--service-account-signing-key-file={pki.service_account_private_key}",

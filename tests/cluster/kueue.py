@@ -307,13 +307,21 @@ def cluster_queue(
     borrowing_limit: int | None = None,
     preemption: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A ClusterQueue with `gpus` GPUs of quota in `flavor`, open to every namespace."""
+    """A ClusterQueue with `gpus` GPUs of quota in `flavor`, open to every namespace. It covers CPU and memory
+    too, with more quota than the fake nodes hold (GPUs are what it rations): Kueue admits no Workload that
+    requests a resource its ClusterQueue does not cover, and every benchmark pod requests CPU and memory."""
     quota: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": gpus}
     if borrowing_limit is not None:
         quota["borrowingLimit"] = borrowing_limit
+    plenty = [{"name": "cpu", "nominalQuota": 1000}, {"name": "memory", "nominalQuota": "8Ti"}]
     spec: dict[str, Any] = {
         "namespaceSelector": {},
-        "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [quota]}]}],
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory", GPU_RESOURCE],
+                "flavors": [{"name": flavor, "resources": [*plenty, quota]}],
+            }
+        ],
     }
     if cohort is not None:
         spec["cohortName"] = cohort

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__, contract
@@ -126,6 +126,25 @@ class ModelCache(ApiModel):
     mount_path: str = Field(default="/models", pattern=r"^/", description="Where it is mounted; HF_HOME points at it.")
 
 
+class DataVolume(ApiModel):
+    """Where the user's data files come from in the pod, mounted read-only: a ConfigMap (small files, one key a
+    file) or a PersistentVolumeClaim; data.path names a file or folder under mountPath."""
+
+    config_map: str | None = Field(
+        default=None, min_length=1, max_length=253, description="ConfigMap whose keys become files (at most 1 MiB)."
+    )
+    claim_name: str | None = Field(
+        default=None, min_length=1, max_length=253, description="PersistentVolumeClaim holding the data."
+    )
+    mount_path: str = Field(default="/data", pattern=r"^/", description="Where it is mounted in the runner.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataVolume:
+        if (self.config_map is None) == (self.claim_name is None):
+            raise ValueError("give one of configMap or claimName")
+        return self
+
+
 class MetricsOptions(ApiModel):
     """The runner's live Prometheus metrics and the optional Pushgateway push."""
 
@@ -190,9 +209,11 @@ class BatchBenchmarkSpec(ApiModel):
     resources: ResourceRequirements | None = Field(
         default=None,
         description=(
-            "Resources of the runner container. Unset with engine vllm: tensor_parallel_size x"
-            " pipeline_parallel_size (from vllmConfig) nvidia.com/gpu, and the GPU taint is tolerated;"
-            " unset with engine simulated: none."
+            "Resources of the runner container, merged with the engine's needs: with engine vllm, a"
+            " limit of tensor_parallel_size x pipeline_parallel_size (from vllmConfig) nvidia.com/gpu unless"
+            " nvidia.com/gpu is given here (0: none), and the GPU taint tolerated when GPUs are asked for"
+            " and tolerations is unset; requests of cpu and memory where neither a request nor a limit is"
+            " given here (vllm: 2 and 8Gi, simulated: 100m and 256Mi)."
         ),
     )
     node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pod must match.")
@@ -225,6 +246,9 @@ class BatchBenchmarkSpec(ApiModel):
         default=None, description="Secret key holding a Hugging Face token, given to the runner as HF_TOKEN."
     )
     model_cache: ModelCache | None = Field(default=None, description="A volume of downloaded models.")
+    data_volume: DataVolume | None = Field(
+        default=None, description="The volume data.path reads from (a Hugging Face hub dataset uses modelCache)."
+    )
     shm_size: Quantity = Field(
         default="2Gi", description="Size of /dev/shm, an in-memory volume (vLLM's workers share tensors there)."
     )
@@ -322,7 +346,10 @@ class BatchBenchmarkStatus(ApiModel):
     queue: QueueStatus | None = Field(
         default=None, description="While Queued: its position in its Kueue LocalQueue, where Kueue reports it."
     )
-    results_config_map: str | None = Field(default=None, description="ConfigMap holding the full report.")
+    results_config_map: str | None = Field(
+        default=None,
+        description="ConfigMap holding the full report, which the runner creates (one per attempt: the latest).",
+    )
     run_id: str | None = Field(default=None, description="Id of the runner's run (in the full report too).")
     progress: ProgressStatus | None = Field(default=None, description="The run in progress (written by the runner).")
     engine: EngineStatus | None = Field(default=None, description="The engine that ran (written by the runner).")

@@ -22,10 +22,10 @@ from batchmark.runner.contract import (
     CONFIG_DIRECTORY,
     CONFIG_KEY,
     CONFIG_PATH,
+    ENV_DATA_DIRECTORY,
     ENV_NAME,
     ENV_NAMESPACE,
     ENV_POD,
-    ENV_RESULTS,
     ENV_TERMINATION,
     ENV_UID,
     RUNNER_GID,
@@ -38,6 +38,9 @@ RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
+# The runner container's requests where spec.resources gives neither a request nor a limit: vLLM loads the
+# model through host memory and tokenizes on the CPU; the simulated engine is one small Python process.
+DEFAULT_REQUESTS = {"vllm": {"cpu": "2", "memory": "8Gi"}, "simulated": {"cpu": "100m", "memory": "256Mi"}}
 
 
 def labels(name: str) -> dict[str, str]:
@@ -67,6 +70,13 @@ class Owner:
             "blockOwnerDeletion": True,
         }
 
+    @property
+    def incarnation(self) -> str:
+        """A short part of the uid: names of children that differ between a benchmark and one of the same name
+        applied after it, so a 409 on their creation can only mean this benchmark made them already, never that
+        the previous one's are still there while the garbage collector removes them."""
+        return self.uid.replace("-", "")[:10]
+
     def metadata(self, name: str) -> dict[str, Any]:
         return {
             "name": name,
@@ -77,15 +87,12 @@ class Owner:
 
     @property
     def config_map(self) -> str:
-        return f"{self.name}-config"
-
-    @property
-    def results_config_map(self) -> str:
-        return f"{self.name}-results"
+        return f"{self.name}-config-{self.incarnation}"
 
     @property
     def runner(self) -> str:
-        return f"{self.name}-runner"
+        """The runner's ServiceAccount, its Role and RoleBinding."""
+        return f"{self.name}-runner-{self.incarnation}"
 
 
 def config_map(owner: Owner, config: RunConfig) -> dict[str, Any]:
@@ -98,17 +105,16 @@ def config_map(owner: Owner, config: RunConfig) -> dict[str, Any]:
     }
 
 
-def results_config_map(owner: Owner) -> dict[str, Any]:
-    """Empty until the runner writes the full report into it."""
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": owner.metadata(owner.results_config_map), "data": {}}
-
-
 def service_account(owner: Owner) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owner.metadata(owner.runner)}
 
 
 def role(owner: Owner) -> dict[str, Any]:
-    """The runner may read and patch this one resource's status and its own results ConfigMap, nothing else."""
+    """The runner may read and patch this one resource's status, and create the ConfigMap of its full report.
+
+    Only rules the operator holds itself, so that it needs no `escalate`: `create` cannot be narrowed to a name
+    (the name is not known before), so the runner may create ConfigMaps in its namespace but never read or
+    change one; it writes its report once, into a ConfigMap it creates (batchmark.runner.statuswriter)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -120,12 +126,7 @@ def role(owner: Owner) -> dict[str, Any]:
                 "resourceNames": [owner.name],
                 "verbs": ["get", "patch"],
             },
-            {
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "resourceNames": [owner.results_config_map],
-                "verbs": ["get", "patch"],
-            },
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
         ],
     }
 
@@ -174,7 +175,6 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         {"name": ENV_NAMESPACE, "value": owner.namespace},
         {"name": ENV_NAME, "value": owner.name},
         {"name": ENV_UID, "value": owner.uid},
-        {"name": ENV_RESULTS, "value": owner.results_config_map},
         {"name": ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": ENV_TERMINATION, "value": TERMINATION_MESSAGE_PATH},
     ]
@@ -190,6 +190,14 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
         volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}})
         env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
+    if spec.data_volume is not None:
+        mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path, "readOnly": True})
+        env.append({"name": ENV_DATA_DIRECTORY, "value": spec.data_volume.mount_path})
+        if spec.data_volume.config_map is not None:
+            volumes.append({"name": "data", "configMap": {"name": spec.data_volume.config_map}})
+        else:
+            claim = {"claimName": spec.data_volume.claim_name, "readOnly": True}
+            volumes.append({"name": "data", "persistentVolumeClaim": claim})
     if spec.hf_token_secret is not None:
         secret = {"name": spec.hf_token_secret.name, "key": spec.hf_token_secret.key}
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
@@ -215,14 +223,7 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         container["imagePullPolicy"] = spec.image_pull_policy
     if spec.env_from:
         container["envFrom"] = list(spec.env_from)
-    if spec.resources is not None:
-        # Quantities as strings, as the API writes them back (2 and "2" are the same quantity).
-        container["resources"] = {
-            kind: {resource: str(amount) for resource, amount in amounts.items()}
-            for kind, amounts in spec.resources.model_dump(exclude_none=True).items()
-        }
-    elif gpus:
-        container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+    container["resources"] = resources(spec, gpus)
     tolerations = [item.model_dump(by_alias=True, exclude_none=True) for item in spec.tolerations or []]
     if spec.tolerations is None and _asks_for_gpus(container.get("resources") or {}):
         tolerations.append(GPU_TOLERATION)  # GPU nodes carry the nvidia.com/gpu taint
@@ -262,6 +263,22 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         job_spec["suspend"] = True
         metadata["labels"] |= kueue.job_labels(spec.queue_name, workload_priority_class)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def resources(spec: BatchBenchmarkSpec, gpus: int) -> dict[str, dict[str, str]]:
+    """spec.resources merged with what the engine needs: the GPUs vLLM uses, unless the spec names
+    nvidia.com/gpu itself (0 included), and CPU and memory requests where neither a request nor a limit is
+    given (a pod with none is the first the kubelet evicts)."""
+    given = spec.resources.model_dump(exclude_none=True) if spec.resources is not None else {}
+    # Quantities as strings, as the API writes them back (2 and "2" are the same quantity).
+    limits = {resource: str(amount) for resource, amount in (given.get("limits") or {}).items()}
+    requests = {resource: str(amount) for resource, amount in (given.get("requests") or {}).items()}
+    if gpus and GPU_RESOURCE not in limits and GPU_RESOURCE not in requests:
+        limits[GPU_RESOURCE] = str(gpus)
+    for resource, amount in DEFAULT_REQUESTS[spec.backend.engine].items():
+        if resource not in requests and resource not in limits:
+            requests[resource] = amount
+    return {kind: amounts for kind, amounts in (("limits", limits), ("requests", requests)) if amounts}
 
 
 def _asks_for_gpus(resources: dict[str, dict[str, str]]) -> bool:

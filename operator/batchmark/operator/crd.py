@@ -25,8 +25,9 @@ from batchmark.operator.schema import Schema, structural_schema
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"crds/{GROUP}_{PLURAL}.yaml"
 
-# The benchmark itself: changing it after creation would make the status describe another benchmark.
-IMMUTABLE_FIELDS = ("backend", "data", "profile", "constraints", "sampleRequests")
+# Every field of the spec but this one is immutable: changing one after creation would make the status and
+# results describe a benchmark the object no longer shows (or a Job made from another spec).
+MUTABLE_FIELDS = ("cancel",)
 _BOUNDING = "['max_requests', 'max_duration', 'min_requests']"
 
 # The runner's cross-field rules (RunConfig and its models' validators), for the API server to check first.
@@ -79,23 +80,58 @@ _DATA_RULES: list[Schema] = [
 def spec_schema() -> Schema:
     schema = structural_schema(BatchBenchmarkSpec)
     properties = schema["properties"]
-    for name in IMMUTABLE_FIELDS:
-        properties[name].setdefault("x-kubernetes-validations", []).append(
-            {
-                "rule": "self == oldSelf",
-                "message": f"{name} is immutable: the benchmark cannot change after creation (only cancel and"
-                " how it runs may); create a new BatchBenchmark",
-            }
-        )
     for phase in ("warmup", "cooldown"):
         properties["profile"]["properties"][phase]["x-kubernetes-validations"] = list(_PHASE_RULES)
-    properties["data"]["x-kubernetes-validations"] = list(_DATA_RULES)
-    schema["x-kubernetes-validations"] = list(_SPEC_RULES)
+    data = properties["data"]
+    data.setdefault("x-kubernetes-validations", []).extend(_DATA_RULES)
+    # A data spec without a kind is synthetic text (as the runner reads it): manifests from before other kinds.
+    data["properties"]["kind"]["default"] = "synthetic_text"
+    properties["dataVolume"]["x-kubernetes-validations"] = [
+        {"rule": "has(self.configMap) != has(self.claimName)", "message": "give one of configMap or claimName"}
+    ]
+    required = set(schema.get("required") or [])
+    presence: list[Schema] = []
+    for name, field in properties.items():
+        if name in MUTABLE_FIELDS:
+            continue
+        message = (
+            f"{name} is immutable: the benchmark cannot change after creation (only cancel may); create a new"
+            " BatchBenchmark"
+        )
+        # A transition rule on a field runs only when both versions have it: adding or removing an optional
+        # field is caught one level up.
+        field.setdefault("x-kubernetes-validations", []).append({"rule": "self == oldSelf", "message": message})
+        if name not in required:
+            presence.append(
+                {"rule": f"has(self.{name}) == has(oldSelf.{name})", "message": message, "fieldPath": f".{name}"}
+            )
+    schema["x-kubernetes-validations"] = [*_SPEC_RULES, *presence]
     return schema
 
 
+def status_schema() -> Schema:
+    """The status' schema, with what Kubernetes tools expect of it: conditions a list keyed by type (a
+    server-side apply merges them by type), and times declared as date-times."""
+    schema = structural_schema(BatchBenchmarkStatus)
+    conditions = schema["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    _declare_times(schema)
+    return schema
+
+
+def _declare_times(schema: Schema) -> None:
+    """``format: date-time`` on every string the models describe as an RFC 3339 time."""
+    if schema.get("type") == "string" and "RFC 3339" in str(schema.get("description") or ""):
+        schema["format"] = "date-time"
+    for child in (schema.get("properties") or {}).values():
+        _declare_times(child)
+    if isinstance(schema.get("items"), dict):
+        _declare_times(schema["items"])
+
+
 def custom_resource_definition() -> dict[str, Any]:
-    status = structural_schema(BatchBenchmarkStatus)
+    status = status_schema()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -36,11 +36,12 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from batchmark.operator import kueue
+from batchmark.operator.kube import ForeignChild
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.positions import QueuePositions
 from batchmark.operator.reconcile import CHILD_CREATORS
 from batchmark.operator.status import JobView, benchmark_signature, child_signature
-from batchmark.operator.watched import BENCHMARK_LABEL, ApiChildren, Children, IndexedChildren
+from batchmark.operator.watched import BENCHMARK_LABEL, ApiChildren, Children, IndexedChildren, benchmark_job_of
 from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers, retried
 
 RETRY_DELAY_SECONDS = 2.0
@@ -66,7 +67,7 @@ def timed(metrics: OperatorMetrics, action: Callable[[], Any]) -> None:
     outcome = "success"
     try:
         action()
-    except (ApiException, HTTPError, OSError) as error:
+    except (ApiException, HTTPError, OSError, ForeignChild) as error:
         outcome = "retry"
         raise kopf.TemporaryError(f"API server: {error}", delay=RETRY_DELAY_SECONDS) from error
     except Exception:
@@ -296,8 +297,8 @@ class Dispatch:
         """Kueue's Workload of a queued benchmark's Job (Job name = benchmark name) changed: admission, the reason
         it waits, preemption. Kueue rewrites a waiting Workload's status often (each scheduling attempt): only
         what the status reads counts."""
-        owners = meta.get("ownerReferences") or []
-        job = next((owner["name"] for owner in owners if owner.get("kind") == "Job"), None)
+        # Only the Workloads of the benchmarks' own Jobs: every team's Workload is an event here.
+        job = benchmark_job_of(self.reconciler.children, namespace, meta) if namespace else None
         signature = None if type == "DELETED" else (kueue.WorkloadView.from_dict(body),)
         if job and namespace and self.seen.changed(("Workload", namespace, name), signature):
             await self.refresher.soon(namespace, job)

@@ -161,7 +161,12 @@ def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunRepor
         phase = status.get("phase")
         if phase not in FINISHED_PHASES:
             raise UsageError(f"{namespace}/{name} has not finished (phase {phase or 'unknown'}); wait for it first")
-        config_map_name = status.get("resultsConfigMap") or f"{name}-results"
+        config_map_name = status.get("resultsConfigMap")
+        if not config_map_name:
+            raise UsageError(
+                f"{namespace}/{name} ended {phase} without a full report (its runner wrote no results ConfigMap);"
+                " kubectl get bb -o yaml shows the summary in status.results"
+            )
         config_map = kube.get_config_map(namespace, config_map_name)
     except ApiException as error:
         raise ClusterError(f"the API server {server} refused: {error.status} {error.reason}") from None

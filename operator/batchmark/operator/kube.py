@@ -17,6 +17,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from batchmark.operator import kueue, positions
 from batchmark.operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from batchmark.operator.status import controller_uid
 
 COMPONENT = "batchmark-operator"
 MERGE_PATCH = "application/merge-patch+json"
@@ -53,6 +54,10 @@ _COLLECTIONS = {
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
 }
 _BENCHMARKS = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
+
+
+class ForeignChild(Exception):
+    """A child's name is taken by an object this benchmark does not own: never adopted, created again later."""
 
 
 class Kube:
@@ -133,7 +138,14 @@ class Kube:
         return items
 
     def create(self, manifest: Mapping[str, Any]) -> bool:
-        """Create the object; False when it exists already (names are deterministic: a 409 means done)."""
+        """Create the object; False when this benchmark made it already.
+
+        Names are deterministic, so a 409 means "done" only when the object found is this benchmark's: a Job
+        (named as its benchmark) may still be the previous one's, deleted a moment ago and not yet removed by
+        the garbage collector; then ForeignChild, and the caller tries again later. The other children's names
+        carry the benchmark's uid (batchmark.operator.children), so theirs cannot be another benchmark's, and
+        the operator needs no right to read them.
+        """
         namespace = manifest["metadata"]["namespace"]
         kind = manifest["kind"]
         if kind not in _COLLECTIONS:
@@ -141,10 +153,26 @@ class Kube:
         try:
             self.request("POST", _COLLECTIONS[kind].format(namespace=namespace), manifest)
         except ApiException as error:
-            if error.status == 409:
-                return False
-            raise
+            if error.status != 409:
+                raise
+            if kind == "Job":
+                self._check_owner(manifest)
+            return False
         return True
+
+    def _check_owner(self, manifest: Mapping[str, Any]) -> None:
+        """ForeignChild unless the existing object of the manifest's name has the manifest's controller."""
+        metadata = manifest["metadata"]
+        wanted = controller_uid(metadata)
+        path = f"{_COLLECTIONS[manifest['kind']].format(namespace=metadata['namespace'])}/{metadata['name']}"
+        found = self._read(path)
+        if found is None:
+            raise ForeignChild(f"{manifest['kind']} {metadata['name']} existed and is gone: create it again")
+        if controller_uid(found.get("metadata") or {}) != wanted:
+            raise ForeignChild(
+                f"{manifest['kind']} {metadata['name']} belongs to another object (a previous benchmark of the"
+                " same name, which the garbage collector has not removed yet)"
+            )
 
     def event(self, benchmark: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         """Record an event on the BatchBenchmark (kubectl describe bb shows them)."""

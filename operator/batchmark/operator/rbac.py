@@ -2,11 +2,17 @@
 
 Why each:
 - batchbenchmarks: watch them; patch for kopf's progress annotations. Their status: the operator's fields.
+  Their finalizers (update): the children's owner references block their owner's deletion until the garbage
+  collector removed them, which the OwnerReferencesPermissionEnforcement admission plugin allows only to
+  whoever may update the owner's finalizers.
 - jobs: create the benchmark's Job, watch it, patch ``spec.suspend`` to cancel.
 - pods: watch the Job's pods for the phase (scheduling, termination messages).
-- configmaps, serviceaccounts, roles, rolebindings: create the benchmark's children. The Role it creates
-  grants get/patch on a ConfigMap and on batchbenchmarks/status, and Kubernetes lets only a holder of those
-  permissions grant them, hence get/patch on configmaps.
+- configmaps, serviceaccounts, roles, rolebindings: create only, the benchmark's children (never read nor
+  change one: a name taken is recognised by the uid in it, batchmark.operator.children). The runner's Role
+  grants get/patch on its one benchmark's status and create on configmaps, both held here, so the operator
+  needs neither ``escalate`` nor ``bind``, and cannot create a Role granting what it does not hold (reading
+  or changing a ConfigMap, Secrets, ...). Kubernetes cannot narrow ``create`` to names, and ``list``/``watch``
+  to labels: see the operator's README, "Privileges".
 - events: the transitions it records (and kopf's warnings).
 - customresourcedefinitions and namespaces: kopf discovers its resources and namespaces with them.
 - Kueue (kueue.x-k8s.io), for benchmarks with spec.queueName: workloads, to follow admission and preemption
@@ -22,11 +28,11 @@ from typing import Any
 OPERATOR_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks/finalizers"], "verbs": ["update"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
-    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create"]},
-    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["configmaps", "serviceaccounts"], "verbs": ["create"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     {
         "apiGroups": ["apiextensions.k8s.io"],

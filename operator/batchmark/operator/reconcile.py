@@ -92,7 +92,7 @@ class Reconciler:
         except QueueRefused as refusal:
             self.refresh(namespace, name, invalid=refusal.message, invalid_reason=refusal.reason)
             return
-        if spec.cancel and self.children.job(namespace, name) is None:
+        if spec.cancel and self.children.job(namespace, name, owner.uid) is None:
             self.refresh(namespace, name)
             return
         # The calls go in three rounds, each made at once, not nine in a row (with 200 benchmarks applied
@@ -103,7 +103,6 @@ class Reconciler:
         pending = self._creators.submit(self.refresh, namespace, name, body=body) if not status.get("phase") else None
         self._create_at_once(
             children.config_map(owner, config),
-            children.results_config_map(owner),
             children.service_account(owner),
             children.role(owner),
         )
@@ -114,8 +113,7 @@ class Reconciler:
         with self._locked(namespace, name):
             _, created = self._create_at_once(children.role_binding(owner), job)
             # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
-            extra = {"resultsConfigMap": owner.results_config_map}
-            self.refresh(namespace, name, extra=extra, created_job=job if created else None)
+            self.refresh(namespace, name, created_job=job if created else None)
 
     def _create_at_once(self, *manifests: Mapping[str, Any]) -> list[bool]:
         """Create the objects concurrently; for each, whether this call created it (False: it existed)."""
@@ -160,10 +158,13 @@ class Reconciler:
             if body is None:
                 return None
             stored: dict[str, Any] = body.get("status") or {}
-            job = self.children.job(namespace, name)
+            uid = str(body["metadata"].get("uid") or "")
+            job = self.children.job(namespace, name, uid)
             if job is None and created_job is not None:
                 job = JobView.from_dict(created_job)
             pods = self.children.pods(namespace, name) if job and created_job is None else []
+            # Pods of a previous benchmark's Job of the same name carry the same label: only this Job's count.
+            pods = [pod for pod in pods if job is not None and pod.owner_uid == job.uid]
             queued = job is not None and job.queued
             workload = self.children.workload(namespace, job.uid) if job and queued and job.uid else None
             cancel = bool((body.get("spec") or {}).get("cancel"))

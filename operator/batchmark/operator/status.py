@@ -31,6 +31,14 @@ _PREEMPTIONS_KEPT = 20  # the status schema's bound
 _IMAGE_WAITING_REASONS = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull")
 
 
+def controller_uid(metadata: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controller (its owner reference with controller: true), if any."""
+    for reference in metadata.get("ownerReferences") or []:
+        if reference.get("controller"):
+            return str(reference.get("uid") or "") or None
+    return None
+
+
 @dataclass(frozen=True)
 class PodView:
     """What the status needs of one of the Job's pods."""
@@ -47,6 +55,7 @@ class PodView:
     terminated_reason: str | None = None  # e.g. OOMKilled, Error, Completed
     termination_message: str | None = None
     deleting: bool = False
+    owner_uid: str | None = None  # its Job's uid: a pod of a previous benchmark's Job of the same name is not ours
 
     @classmethod
     def from_dict(cls, pod: Mapping[str, Any]) -> PodView:
@@ -68,6 +77,7 @@ class PodView:
             scheduled=scheduled,
             unschedulable_message=unschedulable,
             deleting=metadata.get("deletionTimestamp") is not None,
+            owner_uid=controller_uid(metadata),
         )
         for container in status.get("containerStatuses") or []:
             if container.get("name") != RUNNER_CONTAINER:
@@ -104,6 +114,7 @@ class JobView:
     completion_time: str | None = None
     uid: str = ""  # Kueue's Workload for the Job carries it
     queue_name: str | None = None  # Kueue's queue-name label (spec.queueName): the LocalQueue it waits in
+    owner_uid: str | None = None  # its BatchBenchmark's uid: a Job left by a previous one of the same name is not ours
 
     @property
     def queued(self) -> bool:
@@ -140,6 +151,7 @@ class JobView:
             completion_time=str(finished_at) if finished_at else None,
             uid=str(metadata.get("uid") or ""),
             queue_name=(metadata.get("labels") or {}).get(QUEUE_NAME_LABEL),
+            owner_uid=controller_uid(metadata),
         )
 
 
@@ -190,7 +202,7 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
         phase = cast(Phase, previous)
         reason, message = stored.get("reason") or phase, stored.get("message") or ""
     else:
-        phase, reason, message = _phase(observation, pod)
+        phase, reason, message = _never_backwards(previous, *_phase(observation, pod), observation)
     warning = phase == "Failed" or reason in ("Unschedulable", *_IMAGE_WAITING_REASONS)
     job = observation.job
     fields: dict[str, Any] = {
@@ -223,6 +235,26 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
     if phase in FINISHED_PHASES:
         fields["completionTime"] = stored.get("completionTime") or (job.completion_time if job else None) or when
     return StatusUpdate(fields, phase, reason, message, previous, warning)
+
+
+# The order of the phases (the documented state machine): Pending -> (Queued) -> Scheduling -> LoadingEngine ->
+# Running -> Succeeded | Failed | Cancelled. A phase may be skipped (seen too briefly), never gone back to.
+_ORDER = {"Pending": 0, "Queued": 1, "Scheduling": 2, "LoadingEngine": 3, "Running": 4}
+
+
+def _never_backwards(
+    previous: str | None, phase: Phase, reason: str, message: str, observation: Observation
+) -> tuple[Phase, str, str]:
+    """The phase, unless it lies before the stored one: then the stored one, with the reason and message of
+    what happens now (a retry's pod waiting for a node says so as Retrying). The one way back is Queued: Kueue
+    preempted the benchmark and it waits in its queue to run again."""
+    if previous not in _ORDER or phase not in _ORDER or _ORDER[phase] >= _ORDER[previous]:
+        return phase, reason, message
+    if phase == "Queued" and observation.queued:
+        return phase, reason, message
+    if observation.job is not None and observation.job.failed and reason not in _IMAGE_WAITING_REASONS:
+        return cast(Phase, previous), "Retrying", f"a pod failed; the Job runs another: {message}"
+    return cast(Phase, previous), reason, message
 
 
 def _current_pod(pods: Sequence[PodView]) -> PodView | None:
@@ -300,8 +332,13 @@ def _pod_alive(pod: PodView | None) -> bool:
 def _running_phase(
     observation: Observation, pod: PodView | None, reason: str | None, message: str | None
 ) -> tuple[Phase, str, str]:
-    if pod is None or pod.phase in ("Succeeded", "Failed"):
-        # No pod yet, or between a failed pod and its replacement.
+    if pod is not None and pod.phase == "Succeeded":
+        # The runner is done; the Job controller has not marked the Job complete yet.
+        return "Running", reason or "Finishing", message or "the runner finished; the Job completes"
+    if pod is not None and pod.phase == "Failed":
+        # Between a failed pod and its replacement (spec.retries).
+        return "Scheduling", reason or "Retrying", message or f"pod {pod.name} failed; the Job starts another"
+    if pod is None:
         return "Scheduling", reason or "Scheduling", message or "waiting for the Job's pod to be scheduled"
     if not pod.node_name:
         if pod.unschedulable_message:
@@ -309,6 +346,10 @@ def _running_phase(
         return "Scheduling", reason or "Scheduling", message or "waiting for a node"
     if pod.waiting_reason in (*_IMAGE_WAITING_REASONS, "InvalidImageName", "CreateContainerConfigError"):
         return "Scheduling", pod.waiting_reason, pod.waiting_message or pod.waiting_reason
+    if pod.phase != "Running":
+        # On a node, its image pulled or its container created: not loading anything yet, and a pull that
+        # fails next must not move the phase back.
+        return "Scheduling", reason or "Starting", message or f"the pod's container is starting on {pod.node_name}"
     progress = observation.status.get("progress") or {}
     if pod.phase == "Running" and progress.get("podName") == pod.name:
         return "Running", reason or "Running", message or "the engine is loaded and the benchmark runs"

@@ -27,11 +27,17 @@ WORKLOADS_INDEX = "job_workloads"
 class Children(Protocol):
     """A benchmark's Job (same name), its pods, and the Workload Kueue made for the Job."""
 
-    def job(self, namespace: str, name: str) -> JobView | None: ...
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
+        """The benchmark's Job: named as it, and controlled by it (``owner_uid``: the benchmark's uid)."""
+        ...
 
     def pods(self, namespace: str, name: str) -> list[PodView]: ...
 
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None: ...
+
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the Job of that name and uid is a benchmark's (labelled as one)."""
+        ...
 
 
 class ApiChildren:
@@ -41,9 +47,10 @@ class ApiChildren:
         self.kube = kube
         self.kueue = kueue
 
-    def job(self, namespace: str, name: str) -> JobView | None:
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
         found = self.kube.get_job(namespace, name)
-        return JobView.from_dict(found) if found is not None else None
+        view = JobView.from_dict(found) if found is not None else None
+        return view if view is not None and view.owner_uid == owner_uid else None
 
     def pods(self, namespace: str, name: str) -> list[PodView]:
         return [PodView.from_dict(pod) for pod in self.kube.list_pods(namespace, name)]
@@ -51,6 +58,11 @@ class ApiChildren:
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
         found = self.kueue.workload_of(namespace, job_uid)
         return WorkloadView.from_dict(found) if found is not None else None
+
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        found = self.kube.get_job(namespace, name)
+        metadata = (found or {}).get("metadata") or {}
+        return metadata.get("uid") == uid and BENCHMARK_LABEL in (metadata.get("labels") or {})
 
 
 # The index functions: each object of the kind, as the view the status reads, under the key it is looked up by.
@@ -69,6 +81,18 @@ def workload_entry(namespace: str | None, labels: Mapping[str, str], body: Mappi
     return {(namespace, job_uid): WorkloadView.from_dict(body)} if namespace and job_uid else None
 
 
+def benchmark_job_of(children: Children, namespace: str, workload_metadata: Mapping[str, Any]) -> str | None:
+    """The name of the benchmark Job that owns the Workload; None for a Workload of any other Job (another
+    team's, or a namesake's), which the operator leaves alone."""
+    for owner in workload_metadata.get("ownerReferences") or []:
+        if owner.get("kind") != "Job" or not str(owner.get("apiVersion", "")).startswith("batch/"):
+            continue
+        name, uid = owner.get("name"), owner.get("uid")
+        if name and uid and children.is_benchmark_job(namespace, str(name), str(uid)):
+            return str(name)
+    return None
+
+
 class IndexedChildren:
     """Read from kopf's indices (``indices``: the ``kopf.Index`` objects kopf hands every handler, by name).
 
@@ -83,12 +107,17 @@ class IndexedChildren:
         self.workloads = indices[WORKLOADS_INDEX]
         self.api = api
 
-    def job(self, namespace: str, name: str) -> JobView | None:
-        found: list[JobView] = list(self.jobs.get((namespace, name), ()))
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
+        # A previous benchmark's Job of the same name may still be there while the garbage collector removes it.
+        found = [job for job in self.jobs.get((namespace, name), ()) if job.owner_uid == owner_uid]
         return max(found, key=lambda job: job.created) if found else None
 
     def pods(self, namespace: str, name: str) -> list[PodView]:
         return list(self.pods_index.get((namespace, name), ()))
+
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        # The index holds only the Jobs labelled as benchmarks'.
+        return any(job.uid == uid for job in self.jobs.get((namespace, name), ()))
 
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
         found: list[WorkloadView] = list(self.workloads.get((namespace, job_uid), ()))

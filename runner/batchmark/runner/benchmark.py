@@ -28,11 +28,12 @@ from batchmark.runner.config import (
     MinRequestsConstraint,
     RunConfig,
     SweepProfileConfig,
+    SyntheticTextDataConfig,
     apply_overrides,
     reloads_engine,
 )
 from batchmark.runner.cost import price
-from batchmark.runner.data import RequestSpec, SyntheticText
+from batchmark.runner.data import DataSource, RecordsData, RequestSpec, SyntheticText, data_summary
 from batchmark.runner.decision import decide
 from batchmark.runner.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.profiles import Strategy, initial_strategies, sweep_rates
@@ -48,6 +49,7 @@ from batchmark.runner.results import (
 from batchmark.runner.search import METHOD as SEARCH_METHOD
 from batchmark.runner.search import Measured, SearchOutcome, search
 from batchmark.runner.shutdown import StopFlag
+from batchmark.runner.tokens import tokens_for
 
 PROGRESS_INTERVAL = 0.25
 
@@ -75,7 +77,6 @@ class BenchmarkRunner:
         self.failure: str | None = None  # why the engine failed, when it did
         self.run_id = uuid.uuid4().hex[:12]
         self.created_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        self._data = SyntheticText(config.data)
         self.next_request_id = 0  # unique across a sweep's benchmarks, so late reports are recognised
         self.worker_cpu = 0.0  # the worker's harness CPU seconds, as its latest report said
         self._worker: EngineWorker | None = None
@@ -84,6 +85,7 @@ class BenchmarkRunner:
         self._budget = RequestBudget(config.slo)
         self.points: list[dict[str, Any]] = config.sweep.points() if config.sweep is not None else [{}]
         self._backends = [apply_overrides(config.backend, point) for point in self.points]
+        self._data: DataSource = _data_source(config, self._backends)
         self._loaded: BackendConfig | None = None  # what the current worker's engine and settings are
         self._loads: list[EngineLoad] = []
         self._strategies: dict[int, list[Strategy]] = {}  # each point's strategies, as its repeats run them
@@ -302,6 +304,7 @@ class BenchmarkRunner:
             engine=self._engine_summary(),
             environment=environment(),
             config=self.config.model_dump(mode="json"),
+            data=data_summary(self.config.data, self._data),
             dispatch=self.config.backend.dispatch,
             complete=complete,
             stop_reason=stop_reason,
@@ -560,6 +563,14 @@ class _Execution:
             planned_requests=self.max_requests or self.min_requests,
             planned_seconds=self.max_seconds,
         )
+
+
+def _data_source(config: RunConfig, backends: list[BackendConfig]) -> DataSource:
+    """The requests' source; reading the user's data raises DataError before anything else happens."""
+    if isinstance(config.data, SyntheticTextDataConfig):
+        return SyntheticText(config.data)
+    tokens = tokens_for(backends)
+    return RecordsData(config.data, tokens.count, tokens.max_model_len, tokens.tokenizer)
 
 
 def environment() -> dict[str, Any]:

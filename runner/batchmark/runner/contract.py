@@ -35,6 +35,8 @@ PLURAL: Final = "batchbenchmarks"
 ENV_NAMESPACE: Final = "BATCHMARK_RESOURCE_NAMESPACE"
 ENV_NAME: Final = "BATCHMARK_RESOURCE_NAME"
 ENV_UID: Final = "BATCHMARK_RESOURCE_UID"
+# Not set by the operator: the runner names the ConfigMap it creates for its report after its pod
+# (``<pod>-results``); this overrides that name (a runner started by hand).
 ENV_RESULTS: Final = "BATCHMARK_RESULTS_CONFIGMAP"
 ENV_POD: Final = "BATCHMARK_POD_NAME"
 ENV_TERMINATION: Final = "BATCHMARK_TERMINATION_MESSAGE_PATH"
@@ -42,10 +44,13 @@ POD_ENVIRONMENT: Final = (
     ENV_NAMESPACE,
     ENV_NAME,
     ENV_UID,
-    ENV_RESULTS,
     ENV_POD,
     ENV_TERMINATION,
 )
+
+# Set by the operator where spec.dataVolume is mounted: a relative data.path is read from under it, so the same
+# spec (path: prompts.jsonl) runs on a laptop (from the working folder) and in the pod.
+ENV_DATA_DIRECTORY: Final = "BATCHMARK_DATA_DIR"
 
 # The config ConfigMap is mounted as a folder; the runner runs `batchmark run --config CONFIG_PATH`.
 CONFIG_DIRECTORY: Final = "/etc/batchmark"
@@ -79,7 +84,8 @@ EXIT_CLUSTER: Final = 5
 
 # --- the status: one writer per field ----------------------------------------------------------------------
 
-RUNNER_STATUS_FIELDS: Final = frozenset({"progress", "engine", "results", "headline", "runId"})
+# resultsConfigMap: the ConfigMap the runner created for its full report (one per attempt, the latest named).
+RUNNER_STATUS_FIELDS: Final = frozenset({"progress", "engine", "results", "headline", "runId", "resultsConfigMap"})
 OPERATOR_STATUS_FIELDS: Final = frozenset(
     {
         "phase",
@@ -95,7 +101,6 @@ OPERATOR_STATUS_FIELDS: Final = frozenset(
         "attempts",
         "preemptions",
         "queue",
-        "resultsConfigMap",
     }
 )
 # The runner's end-of-run fields, which the operator writes only when the run finished and the runner could not:

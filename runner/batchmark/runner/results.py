@@ -277,6 +277,30 @@ class Recommendation(ResultModel):
     statement: str = Field(description="The recommendation in one sentence.")
 
 
+class DataSummary(ResultModel):
+    """Which data ran: enough to tell two runs on different data apart, and to repeat one."""
+
+    kind: str = Field(description="The data's kind (synthetic_text, file, dataset, sharegpt).")
+    source: str | None = Field(default=None, description="The file, folder or dataset id read (null: synthetic).")
+    content_hash: str | None = Field(
+        default=None, description="SHA-256 of the samples used (prompt texts and output lengths), in order."
+    )
+    samples: int = Field(description="Distinct requests the run cycles through.")
+    records_read: int | None = Field(default=None, description="Records read from the data to find them.")
+    skipped_too_long: int = Field(default=0, description="Records left out: longer than the model's context.")
+    skipped_without_answer: int = Field(
+        default=0, description="Conversations left out: no human turn followed by an answer."
+    )
+    output_lengths_from: str = Field(description="Where each request's output length came from.")
+    forced_output_lengths: bool = Field(
+        description="True: every request generates exactly its output length (ignore_eos, min_tokens = max_tokens),"
+        " not the length at which the model would stop by itself."
+    )
+    tokenizer: str | None = Field(default=None, description="What counted the prompts' tokens (null: synthetic).")
+    prompt_tokens: DistributionSummary = Field(description="Prompt lengths of the samples, in the model's tokens.")
+    output_tokens: DistributionSummary = Field(description="Output lengths of the samples, tokens.")
+
+
 class RunReport(ResultModel):
     """Everything one ``batchmark run`` measured."""
 
@@ -287,6 +311,7 @@ class RunReport(ResultModel):
     engine: EngineSummary = Field(description="The engine and how long it took to load.")
     environment: dict[str, Any] = Field(description="Python, platform and library versions.")
     config: dict[str, Any] = Field(description="The run's configuration, as validated.")
+    data: DataSummary | None = Field(default=None, description="Which data ran (null in older results).")
     dispatch: str = Field(default="batch", description="How requests reached the engine.")
     complete: bool = Field(description="False when the run was interrupted before its end.")
     stop_reason: str | None = Field(

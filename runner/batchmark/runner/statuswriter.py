@@ -1,12 +1,17 @@
 """The run's status writer: one more observer, switched on inside a BatchBenchmark's pod by its environment.
 
 The operator sets the resource's identity in the pod's environment (``POD_ENVIRONMENT`` of
-batchmark.runner.contract, which also names the status fields this side writes). With them, this writer
+batchmark.runner.contract, which also names the status fields this side writes; BATCHMARK_RESULTS_CONFIGMAP,
+which it does not set, overrides the results ConfigMap's name, ``<pod>-results`` by default). With them, this
+writer
 
 - patches ``status.progress`` (and ``status.engine`` once it is loaded), a few seconds apart, from a thread of
   its own so that the benchmark's loop never waits on the API server;
-- at the end patches ``status.engine``, ``status.results``, ``status.headline`` and ``status.runId``, and
-  writes the full report into the results ConfigMap (gzip-compressed when it would not fit in 1 MiB);
+- at the end creates the results ConfigMap with the full report (gzip-compressed when it would not fit in
+  1 MiB), owned by the resource, and patches ``status.engine``, ``status.results``, ``status.headline``,
+  ``status.runId`` and ``status.resultsConfigMap``. It creates it rather than patching one the operator made:
+  the runner may create ConfigMaps but read or change none (so neither it nor the operator needs the right to
+  change ConfigMaps), and each attempt of a retried or preempted benchmark (one pod each) keeps its own report;
 - always writes the compact summary to the termination message, so the results survive an API server it
   cannot reach.
 
@@ -37,6 +42,7 @@ from batchmark.runner.contract import (
     ENV_TERMINATION,
     ENV_UID,
     GROUP,
+    KIND,
     PLURAL,
     REPORT_KEY,
     RUNNER_STATUS_FIELDS,
@@ -84,12 +90,13 @@ class StatusTarget:
         if not environ.get(ENV_NAME) or not environ.get(ENV_NAMESPACE):
             return None
         termination = environ.get(ENV_TERMINATION)
+        pod = environ.get(ENV_POD) or None
         return cls(
             namespace=environ[ENV_NAMESPACE],
             name=environ[ENV_NAME],
             uid=environ.get(ENV_UID, ""),
-            results_config_map=environ.get(ENV_RESULTS) or None,
-            pod_name=environ.get(ENV_POD) or None,
+            results_config_map=environ.get(ENV_RESULTS) or (f"{pod}-results" if pod else None),
+            pod_name=pod,
             termination_message_path=Path(termination) if termination else None,
         )
 
@@ -121,7 +128,7 @@ def read_report_config_map(config_map: Mapping[str, Any]) -> RunReport | None:
 
 
 class StatusApi:
-    """The three calls the writer makes, through the official client, logged in as kubectl would be."""
+    """The four calls the writer makes, through the official client, logged in as kubectl would be."""
 
     def __init__(self) -> None:
         from kubernetes import client, config  # noqa: PLC0415 - only inside a BatchBenchmark's pod
@@ -149,8 +156,25 @@ class StatusApi:
             GROUP, VERSION, target.namespace, PLURAL, target.name, dict(body), _content_type=MERGE_PATCH
         )
 
-    def patch_config_map(self, target: StatusTarget, name: str, body: Mapping[str, Any]) -> None:
-        self.core.patch_namespaced_config_map(name, target.namespace, dict(body), _content_type=MERGE_PATCH)
+    def create_config_map(self, target: StatusTarget, name: str, body: Mapping[str, Any]) -> None:
+        """Create the ConfigMap, owned by the resource (garbage-collected with it); one that exists already is
+        this pod's own, from an earlier try whose answer was lost."""
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - only inside a BatchBenchmark's pod
+
+        owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": target.name, "uid": target.uid}
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": target.namespace,
+            "labels": {"app.kubernetes.io/name": "batchmark", "batchmark.dev/benchmark": target.name},
+        }
+        if target.uid:
+            metadata["ownerReferences"] = [owner]
+        try:
+            # A dict, as the client accepts (and the patches above send).
+            self.core.create_namespaced_config_map(target.namespace, cast(Any, {**dict(body), "metadata": metadata}))
+        except ApiException as error:
+            if error.status != 409:
+                raise
 
 
 def _retryable(error: BaseException) -> bool:
@@ -228,12 +252,14 @@ class StatusWriter(RunObserver):
         if best is not None:
             status["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
         if self.target.results_config_map:
-            self._attempt(
+            written = self._attempt(
                 "the results ConfigMap",
-                lambda api: api.patch_config_map(
+                lambda api: api.create_config_map(
                     self.target, str(self.target.results_config_map), report_config_map_data(report)
                 ),
             )
+            if written:
+                status["resultsConfigMap"] = self.target.results_config_map
         self._attempt("the status", lambda api: self._patch_status(api, status))
 
     # --- sending --------------------------------------------------------------------------------------------

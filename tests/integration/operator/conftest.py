@@ -198,6 +198,58 @@ def operator_with_only_its_rbac(
         cluster.kubectl("delete", "clusterrole,clusterrolebinding", role, check=False)
 
 
+@dataclass
+class ChartRbac:
+    """The chart's RBAC (templates/rbac.yaml and serviceaccount.yaml) as helm renders and kubectl applies it."""
+
+    service_account: str  # the operator's, in the namespace it was installed in
+    cluster_scoped: list[tuple[str, str]]  # (kind, name) of what to delete afterwards
+
+
+def install_the_charts_rbac(cluster: KubeCluster, namespace: str, *sets: str) -> ChartRbac:
+    """Render the chart's RBAC (with its ValidatingAdmissionPolicy) for a release named as the namespace (its
+    cluster-wide names are then the test's own) and apply it, as `helm install` would."""
+    arguments = ["template", namespace, str(ROOT / "charts" / "batchmark"), "--namespace", namespace]
+    arguments += ["--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml"]
+    for assignment in sets:
+        arguments += ["--set", assignment]
+    rendered = cluster.helm(*arguments).stdout
+    documents = [document for document in yaml.safe_load_all(rendered) if document]
+    applied = kubectl_apply(cluster, namespace, rendered)
+    assert applied.returncode == 0, applied.stderr
+    (account,) = [document for document in documents if document["kind"] == "ServiceAccount"]
+    cluster_scoped = [
+        (document["kind"], document["metadata"]["name"])
+        for document in documents
+        if document["kind"]
+        in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    ]
+    return ChartRbac(account["metadata"]["name"], cluster_scoped)
+
+
+@contextmanager
+def operator_with_the_charts_rbac(
+    session_operator: OperatorProcess, namespace: str, directory: Path
+) -> Iterator[tuple[OperatorProcess, ChartRbac]]:
+    """An operator running as the chart's ServiceAccount with the chart's RBAC, in place of the session's admin
+    one, which comes back afterwards."""
+    cluster = session_operator.cluster
+    rbac = install_the_charts_rbac(cluster, namespace)
+    token = cluster.kubectl("create", "token", rbac.service_account, "-n", namespace, "--duration=1h").stdout.strip()
+    kubeconfig = directory / "operator.kubeconfig"
+    write_kubeconfig(kubeconfig, cluster.server, cluster.pki.ca.certificate, rbac.service_account, token=token)
+    session_operator.stop()
+    restricted = OperatorProcess(cluster, directory / "operator.log", kubeconfig=kubeconfig)
+    try:
+        restricted.start()
+        yield restricted, rbac
+    finally:
+        restricted.stop()
+        session_operator.start()
+        for kind, name in rbac.cluster_scoped:
+            cluster.kubectl("delete", kind.lower(), name, check=False)
+
+
 def wait_for_phase(
     cluster: KubeCluster, namespace: str, name: str, phases: set[str], timeout_seconds: float = 120
 ) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from batchmark.operator.api import BatchBenchmarkSpec
 from batchmark.runner.cli import build_parser
 from batchmark.runner.configload import load_config
 from tests.cluster.fixtures import KubeCluster
-from tests.integration.operator.conftest import kubectl_apply
+from tests.integration.operator.conftest import CRD_PATH, kubectl_apply
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -51,7 +52,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("out of range", changed("spec.backend.batchSize", 0), "spec.backend.batchSize"),
     ("unknown field", changed("spec.backend.bogus", 1), "spec.backend.bogus"),
     ("missing model", changed("spec.backend.model", None), "spec.backend.model"),
-    ("missing output tokens", changed("spec.data.outputTokens", None), "spec.data.outputTokens"),
+    # spec.data is a tagged union (synthetic_text, file, ...): the kind's rule names the field it lacks.
+    (
+        "missing output tokens",
+        changed("spec.data.outputTokens", None),
+        "spec.data: Invalid value: kind synthetic_text requires promptTokens, outputTokens",
+    ),
     ("missing spec", changed("spec", None), "spec"),
     ("unknown profile kind", changed("spec.profile", {"kind": "burst"}), "spec.profile.kind"),
     ("required per kind", changed("spec.profile", {"kind": "concurrent"}), "spec.profile"),
@@ -94,6 +100,13 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("toleration effect", changed("spec.tolerations", [{"key": "a", "effect": "Never"}]), "spec.tolerations[0].effect"),
     ("zero timeout", changed("spec.timeout", 0), "spec.timeout"),
     ("name too long", changed("metadata.name", "b" * 64), "metadata.name"),
+    ("data file without a path", changed("spec.data", {"kind": "file"}), "kind file requires path"),
+    ("file option on synthetic data", changed("spec.data.promptColumn", "q"), "spec.data.promptColumn"),
+    (
+        "data volume of two sources",
+        changed("spec.dataVolume", {"configMap": "a", "claimName": "b"}),
+        "give one of configMap or claimName",
+    ),
 ]
 INVALID[18][1]["spec"]["profile"] = {"kind": "throughput", "cooldown": {"requests": 2}}
 
@@ -122,28 +135,99 @@ def test_invalid_manifests_are_refused_naming_the_field(
     assert field in result.stderr, f"{case}: {result.stderr}"
 
 
-def test_the_benchmark_is_immutable_but_cancel_and_how_it_runs_may_change(
-    batchmark_crd: KubeCluster, kube_namespace: str
-) -> None:
+# Every optional field of the spec, with a valid value (the API server accepts the whole).
+OPTIONAL: dict[str, Any] = {
+    "sampleRequests": 3,
+    "sweep": {"batchSize": [2, 4]},
+    "slo": {"request_latency_p99": 2.0},
+    "cost": {"gpuCostPerHour": 2.5},
+    "image": "example.org/runner:1",
+    "imagePullPolicy": "IfNotPresent",
+    "imagePullSecrets": [{"name": "registry"}],
+    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    "nodeSelector": {"gpu": "a100"},
+    "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {}},
+    "priorityClassName": "batch",
+    "queueName": "gpus",
+    "runtimeClassName": "nvidia",
+    "env": [{"name": "A", "value": "1"}],
+    "envFrom": [{"configMapRef": {"name": "settings"}}],
+    "hfTokenSecret": {"name": "hf"},
+    "modelCache": {"claimName": "models"},
+    "shmSize": "4Gi",
+    "timeout": 600,
+    "retries": 2,
+    "ttlSecondsAfterFinished": 60,
+    "metrics": {"port": 9000},
+}
+# The required fields, each with another valid value.
+REQUIRED_CHANGED: dict[str, Any] = {
+    "backend": {"model": "m", "engine": "simulated", "batchSize": 8, "simulation": {"timeScale": 0.01}},
+    "data": {"promptTokens": 17, "outputTokens": 8},
+    "profile": {"kind": "constant", "rate": 2},
+    "constraints": [{"kind": "max_requests", "count": 9}],
+}
+
+
+def refused_as_immutable(result: Any, field: str) -> None:
+    assert result.returncode != 0, f"spec.{field} could be changed"
+    assert f"spec.{field}" in result.stderr, result.stderr
+    assert "immutable" in result.stderr, result.stderr
+
+
+def test_every_field_of_the_spec_but_cancel_is_immutable(batchmark_crd: KubeCluster, kube_namespace: str) -> None:
+    """Results describe the spec they ran: no field may change, appear or go after creation; cancel may."""
+    version = yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]
+    schema_fields = set(version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+    assert schema_fields == {*OPTIONAL, *REQUIRED_CHANGED, "cancel"}, "a new spec field needs a case here"
+
+    def apply(name: str, spec: dict[str, Any]) -> Any:
+        manifest = {**VALID, "metadata": {"name": name}, "spec": spec}
+        return kubectl_apply(batchmark_crd, kube_namespace, yaml.safe_dump(manifest))
+
+    full = {**VALID["spec"], **OPTIONAL}
+    created = apply("full", full)
+    assert created.returncode == 0, created.stderr
+    created = apply("minimal", VALID["spec"])
+    assert created.returncode == 0, created.stderr
+    for field, value in REQUIRED_CHANGED.items():
+        refused_as_immutable(apply("full", {**full, field: value}), field)
+    for field, value in OPTIONAL.items():
+        without = {key: kept for key, kept in full.items() if key != field}
+        refused_as_immutable(apply("full", without), field)  # removed (or back to its default)
+        refused_as_immutable(apply("minimal", {**VALID["spec"], field: value}), field)  # added
+    refused_as_immutable(apply("full", {**full, "image": "example.org/runner:2"}), "image")  # changed
+    cancelled = apply("full", {**full, "cancel": True})
+    assert cancelled.returncode == 0, cancelled.stderr
+
+
+def test_conditions_are_keyed_by_type_and_times_are_date_times(batchmark_crd: KubeCluster, kube_namespace: str) -> None:
     created = kubectl_apply(batchmark_crd, kube_namespace, yaml.safe_dump(VALID))
     assert created.returncode == 0, created.stderr
-    changed_benchmark = kubectl_apply(
-        batchmark_crd, kube_namespace, yaml.safe_dump(changed("spec.backend.batchSize", 8))
+
+    def patch_status(status: dict[str, Any]) -> Any:
+        arguments = ["patch", "bb", "valid", "-n", kube_namespace, "--subresource=status", "--type=merge"]
+        return batchmark_crd.kubectl(*arguments, "-p", json.dumps({"status": status}), check=False)
+
+    def condition(kind: str, when: str = "2026-01-02T03:04:05Z") -> dict[str, str]:
+        return {"type": kind, "status": "True", "reason": "Test", "lastTransitionTime": when}
+
+    accepted = patch_status(
+        {"conditions": [condition("Scheduled"), condition("Complete")], "startTime": "2026-01-02T03:04:05Z"}
     )
-    assert changed_benchmark.returncode != 0
-    assert "spec.backend" in changed_benchmark.stderr
-    assert "immutable" in changed_benchmark.stderr
-    changed_constraints = kubectl_apply(
-        batchmark_crd,
-        kube_namespace,
-        yaml.safe_dump(changed("spec.constraints", [{"kind": "max_requests", "count": 9}])),
-    )
-    assert "spec.constraints" in changed_constraints.stderr
-    assert "immutable" in changed_constraints.stderr
-    cancelled = changed("spec.cancel", True)
-    cancelled["spec"]["image"] = "example.org/runner:other"
-    result = kubectl_apply(batchmark_crd, kube_namespace, yaml.safe_dump(cancelled))
-    assert result.returncode == 0, result.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    twice = patch_status({"conditions": [condition("Scheduled"), condition("Scheduled")]})
+    assert twice.returncode != 0
+    assert "Duplicate value" in twice.stderr, twice.stderr
+    for status in (
+        {"conditions": [condition("Scheduled", when="yesterday")]},
+        {"startTime": "not a time"},
+        {"completionTime": "2026-13-45"},
+    ):
+        refused = patch_status(status)
+        assert refused.returncode != 0, status
+        assert "date-time" in refused.stderr, refused.stderr
 
 
 @pytest.mark.parametrize(("profile", "concurrency"), [("kind=throughput", 512), ("kind=constant,rate=4", None)])

@@ -52,7 +52,8 @@ def test_the_tensor_parallel_example_asks_for_four_gpus() -> None:
     (document,) = benchmarks(EXAMPLES[0].parent / "qwen3-32b-tensor-parallel.yaml")
     spec = BatchBenchmarkSpec.model_validate(document["spec"])
     container = job(Owner("ns", "x", "uid"), spec)["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}  # never the first pod evicted
     assert {"name": "HF_HOME", "value": "/models"} in container["env"]
 
 

@@ -10,7 +10,7 @@ from batchmark.operator import children
 from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner import contract
 
-OWNER = children.Owner("team", "qwen3", "uid-1")
+OWNER = children.Owner("team", "qwen3", "0b3c9d2e-51aa-4c1f-9e0a-7d2f8c6b1a90")
 BENCHMARK: dict[str, Any] = {
     "backend": {"model": "Qwen/Qwen3-0.6B", "batchSize": 8},
     "data": {"promptTokens": 16, "outputTokens": 8},
@@ -32,7 +32,6 @@ def test_every_child_is_owned_and_labelled() -> None:
     config = spec().run_config("qwen3")
     for manifest in (
         children.config_map(OWNER, config),
-        children.results_config_map(OWNER),
         children.service_account(OWNER),
         children.role(OWNER),
         children.role_binding(OWNER),
@@ -45,17 +44,20 @@ def test_every_child_is_owned_and_labelled() -> None:
                 "apiVersion": "batchmark.dev/v1alpha1",
                 "kind": "BatchBenchmark",
                 "name": "qwen3",
-                "uid": "uid-1",
+                "uid": OWNER.uid,
                 "controller": True,
                 "blockOwnerDeletion": True,
             }
         ]
         assert metadata["labels"]["batchmark.dev/benchmark"] == "qwen3"
-    names = {children.job(OWNER, spec())["metadata"]["name"], OWNER.config_map, OWNER.results_config_map, OWNER.runner}
-    assert names == {"qwen3", "qwen3-config", "qwen3-results", "qwen3-runner"}
+    names = {children.job(OWNER, spec())["metadata"]["name"], OWNER.config_map, OWNER.runner}
+    # The Job is named as its benchmark (kube.create checks whose a Job of that name is); the others carry part
+    # of the uid: a benchmark applied just after one of the same name was deleted never takes the old ones.
+    assert names == {"qwen3", "qwen3-config-0b3c9d2e51", "qwen3-runner-0b3c9d2e51"}
+    assert children.Owner("team", "qwen3", "1f00aa00-0000-4000-8000-000000000000").runner != OWNER.runner
 
 
-def test_the_runner_may_touch_only_its_own_status_and_results() -> None:
+def test_the_runner_may_touch_only_its_own_status_and_create_its_results() -> None:
     rules = children.role(OWNER)["rules"]
     assert rules == [
         {
@@ -64,7 +66,7 @@ def test_the_runner_may_touch_only_its_own_status_and_results() -> None:
             "resourceNames": ["qwen3"],
             "verbs": ["get", "patch"],
         },
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["qwen3-results"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     ]
 
 
@@ -79,7 +81,7 @@ def test_the_pod_spec() -> None:
         "app.kubernetes.io/component": "benchmark",
         "batchmark.dev/benchmark": "qwen3",
     }
-    assert pod["serviceAccountName"] == "qwen3-runner"
+    assert pod["serviceAccountName"] == "qwen3-runner-0b3c9d2e51"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
@@ -95,18 +97,18 @@ def test_the_pod_spec() -> None:
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     env = {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
     assert env[contract.ENV_NAME] == "qwen3"
-    assert env[contract.ENV_UID] == "uid-1"
+    assert env[contract.ENV_UID] == OWNER.uid
     assert env[contract.ENV_TERMINATION] == container["terminationMessagePath"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
-    # vLLM with no resources: one GPU and the GPU taint tolerated.
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    # vLLM with no resources: one GPU and the GPU taint tolerated, and CPU and memory requests.
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "2", "memory": "8Gi"}}
     assert children.GPU_TOLERATION in pod["tolerations"]
 
 
 def test_gpus_follow_tensor_and_pipeline_parallelism() -> None:
     backend = {**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2}}
     container = pod_spec(children.job(OWNER, spec(backend=backend)))["containers"][0]
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     with pytest.raises(ValueError, match="tensor_parallel_size"):
         children.job(OWNER, spec(backend={**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": "two"}}))
 
@@ -114,7 +116,7 @@ def test_gpus_follow_tensor_and_pipeline_parallelism() -> None:
 def test_simulated_engine_asks_for_no_gpu_and_port_zero_declares_no_port() -> None:
     backend = {**BENCHMARK["backend"], "engine": "simulated"}
     pod = pod_spec(children.job(OWNER, spec(backend=backend, metrics={"port": 0})))
-    assert "resources" not in pod["containers"][0]
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
     assert "tolerations" not in pod
     assert "ports" not in pod["containers"][0]
     assert pod["containers"][0]["command"][-4:] == ["--metrics-port", "0", "--metrics-linger", "0"]
@@ -138,3 +140,32 @@ def test_model_cache_and_token_and_operator_defaults() -> None:
 def test_operator_defaults_forbid_unknown_keys() -> None:
     with pytest.raises(ValueError, match="bogus"):
         OperatorDefaults.model_validate({"bogus": 1})
+
+
+def test_a_data_volume_from_a_config_map_or_a_claim_is_mounted_read_only() -> None:
+    data = {"kind": "file", "path": "/data/prompts.jsonl"}
+    pod = pod_spec(children.job(OWNER, spec(data=data, dataVolume={"configMap": "prompts"})))
+    assert {"name": "data", "configMap": {"name": "prompts"}} in pod["volumes"]
+    assert {"name": "data", "mountPath": "/data", "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    # A relative data.path is read from under the mount.
+    assert {"name": "BATCHMARK_DATA_DIR", "value": "/data"} in pod["containers"][0]["env"]
+    pod = pod_spec(children.job(OWNER, spec(data=data, dataVolume={"claimName": "corpus", "mountPath": "/corpus"})))
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "corpus", "readOnly": True}} in pod["volumes"]
+    assert {"name": "data", "mountPath": "/corpus", "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    for both_or_neither in ({"configMap": "a", "claimName": "b"}, {}):
+        with pytest.raises(ValueError, match="one of configMap or claimName"):
+            spec(data=data, dataVolume=both_or_neither)
+
+
+def test_given_resources_are_merged_with_the_engines_needs() -> None:
+    """A spec.resources that says nothing of GPUs keeps vLLM's GPU and its toleration; what it gives wins."""
+    memory_only = pod_spec(children.job(OWNER, spec(resources={"limits": {"memory": "32Gi"}})))
+    (container,) = memory_only["containers"]
+    assert container["resources"] == {"limits": {"memory": "32Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "2"}}
+    assert children.GPU_TOLERATION in memory_only["tolerations"]
+    no_gpu = pod_spec(children.job(OWNER, spec(resources={"limits": {"nvidia.com/gpu": 0}, "requests": {"cpu": 8}})))
+    (container,) = no_gpu["containers"]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "0"}, "requests": {"cpu": "8", "memory": "8Gi"}}
+    assert "tolerations" not in no_gpu
+    chosen = pod_spec(children.job(OWNER, spec(resources={"limits": {"memory": "1Gi"}}, tolerations=[])))
+    assert "tolerations" not in chosen  # an empty list given is the spec's choice

@@ -46,7 +46,7 @@ def test_the_pod_the_operator_writes_is_the_one_the_runner_reads() -> None:
     target = StatusTarget.from_environment(environment)
     assert target is not None
     assert (target.namespace, target.name, target.uid) == ("team", "qwen3", "uid-1")
-    assert target.results_config_map == owner.results_config_map
+    assert target.results_config_map == f"{environment[contract.ENV_POD]}-results"  # the runner creates it
     assert str(target.termination_message_path) == contract.TERMINATION_MESSAGE_PATH
     assert container["terminationMessagePath"] == contract.TERMINATION_MESSAGE_PATH
     assert container["command"][:4] == ["batchmark", "run", "--config", contract.CONFIG_PATH]

@@ -19,7 +19,8 @@ from batchmark.operator.dispatch import Dispatch, QueuePositionPoller, Refresher
 from batchmark.operator.kube import Kube, api_client
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.reconcile import Reconciler
-from batchmark.operator.status import StatusUpdate
+from batchmark.operator.status import JobView, StatusUpdate
+from batchmark.operator.watched import JOBS_INDEX, PODS_INDEX, WORKLOADS_INDEX
 from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers
 from tests.unit.operator.test_api_client import write_kubeconfig
 
@@ -275,9 +276,18 @@ def test_a_childs_event_refreshes_its_benchmark(tmp_path: Path) -> None:
         await dispatch.child_event("Job", "MODIFIED", "ns", "bench", labels, job("bench"))  # nothing changed
         await dispatch.child_event("Job", "MODIFIED", "ns", "bench", labels, job("bench", complete=True))
         await dispatch.child_event("Pod", "ADDED", "ns", "bench-x1", {}, {"metadata": {"name": "bench-x1"}})
-        owned = {"ownerReferences": [{"kind": "Job", "name": "bench"}]}
+        # kopf's indices: the benchmark Job `bench` (uid job-1); Workloads of other Jobs are other teams'.
+        ours = JobView(name="bench", created="2026-01-01T00:00:00Z", uid="job-1")
+        dispatch.bind({JOBS_INDEX: {("ns", "bench"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}})
+
+        def owned_by(name: str, uid: str) -> dict[str, Any]:
+            return {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}]}
+
+        owned = owned_by("bench", "job-1")
         await dispatch.workload_event("ADDED", "ns", "job-bench-1", owned, {"metadata": owned})
         await dispatch.workload_event("ADDED", "ns", "stranger", {}, {"metadata": {}})
+        for foreign in (owned_by("training", "job-9"), owned_by("bench", "job-9")):  # another team's, a namesake
+            await dispatch.workload_event("ADDED", "ns", "job-other", foreign, {"metadata": foreign})
 
     reconciler = routed(tmp_path, events)
     assert reconciler.refreshed == [("ns", "bench")] * 3

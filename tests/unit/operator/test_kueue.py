@@ -4,7 +4,7 @@ the phase, conditions, attempts and preemption records built from it (the real K
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -12,6 +12,14 @@ from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.operator.children import Owner, job
 from batchmark.operator.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadView
 from batchmark.operator.status import JobView, Observation, build_status
+from batchmark.operator.watched import (
+    JOBS_INDEX,
+    PODS_INDEX,
+    WORKLOADS_INDEX,
+    ApiChildren,
+    IndexedChildren,
+    benchmark_job_of,
+)
 
 SPEC: dict[str, Any] = {
     "backend": {"kind": "vllm_python_batch", "model": "Qwen/Qwen3-0.6B", "engine": "simulated"},
@@ -182,3 +190,20 @@ def test_the_queued_example_is_a_valid_queued_benchmark() -> None:
     manifest = job(Owner("ns", document["metadata"]["name"], "uid"), spec)
     assert manifest["spec"]["suspend"] is True
     assert manifest["metadata"]["labels"][QUEUE_NAME_LABEL] == "benchmarks"
+
+
+def test_only_the_workloads_of_the_benchmarks_jobs_are_followed() -> None:
+    """Another team's Kueue Workloads (their Job is no benchmark's, or only named like one) are left alone."""
+    ours = JobView(name="sweep", created="2026-01-01T00:00:00Z", uid="job-uid-1")
+    indexed = {JOBS_INDEX: {("team-a", "sweep"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}}
+    indices = IndexedChildren(indexed, cast(ApiChildren, None))
+
+    def owned_by(name: str, uid: str, api_version: str = "batch/v1") -> dict[str, Any]:
+        return {"ownerReferences": [{"apiVersion": api_version, "kind": "Job", "name": name, "uid": uid}]}
+
+    assert benchmark_job_of(indices, "team-a", owned_by("sweep", "job-uid-1")) == "sweep"
+    assert benchmark_job_of(indices, "team-a", owned_by("training", "job-uid-9")) is None
+    assert benchmark_job_of(indices, "team-a", owned_by("sweep", "job-uid-9")) is None  # a namesake
+    assert benchmark_job_of(indices, "team-b", owned_by("sweep", "job-uid-1")) is None
+    assert benchmark_job_of(indices, "team-a", owned_by("sweep", "job-uid-1", "jobset.x-k8s.io/v1alpha2")) is None
+    assert benchmark_job_of(indices, "team-a", {}) is None

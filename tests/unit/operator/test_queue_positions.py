@@ -252,7 +252,7 @@ class QueuedChildren:
     def __init__(self) -> None:
         self.current = waiting_workload()
 
-    def job(self, namespace: str, name: str) -> JobView | None:
+    def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
         return job_view()
 
     def pods(self, namespace: str, name: str) -> list[PodView]:
@@ -260,6 +260,9 @@ class QueuedChildren:
 
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
         return self.current
+
+    def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
+        return True
 
 
 def reconciler_with(fetch: FakeVisibility) -> tuple[Reconciler, FakeKube]:

@@ -97,7 +97,10 @@ def test_unschedulable_carries_the_schedulers_message() -> None:
 )
 def test_an_image_the_node_cannot_get_waits_in_scheduling_with_a_warning(reason: str, message: str) -> None:
     waiting = pod("Pending", node="gpu-node-0", waiting={"reason": reason, "message": message})
-    update = build_status(observe(job(active=1), [waiting], phase="LoadingEngine", reason="LoadingEngine"))
+    # On its node, its container not started: Scheduling before the pull fails too, never LoadingEngine.
+    starting = build_status(observe(job(active=1), [pod("Pending", node="gpu-node-0")], phase="Scheduling"))
+    assert (starting.phase, starting.reason) == ("Scheduling", "Starting")
+    update = build_status(observe(job(active=1), [waiting], phase="Scheduling", reason="Starting"))
     assert (update.phase, update.reason, update.message) == ("Scheduling", reason, message)
     assert update.warning
     assert conditions(update.fields) == {
@@ -135,13 +138,25 @@ def test_failures_name_their_reason(terminated: dict[str, Any] | None, job_reaso
         assert "CUDA OOM" in update.message
 
 
-def test_a_retry_goes_back_to_scheduling_and_counts_attempts() -> None:
+def test_a_retry_keeps_the_phase_and_counts_attempts() -> None:
+    """Phases never go back: a retry's pod waiting for a node is said in the reason, not by Scheduling again."""
     first = pod("Failed", node="gpu-node-0", name="bb-a", created="2026-01-01T00:00:00Z", terminated={"exitCode": 137})
+    between = build_status(observe(job(failed=1), [first], phase="Running", attempts=1))
+    assert (between.phase, between.reason) == ("Running", "Retrying")
     second = pod("Pending", name="bb-b", created="2026-01-01T00:00:05Z")
     update = build_status(observe(job(active=1, failed=1), [first, second], phase="Running", attempts=1))
-    assert update.phase == "Scheduling"
+    assert (update.phase, update.reason) == ("Running", "Retrying")
+    assert "waiting for a node" in update.message
     assert update.fields["attempts"] == 2
     assert update.fields["podName"] == "bb-b"
+
+
+def test_a_finished_pod_is_no_reason_to_go_back_to_scheduling() -> None:
+    """The sweep example showed Running, then Scheduling between its pod's end and the Job's completion."""
+    done = pod("Succeeded", node="gpu-node-0", terminated={"exitCode": 0})
+    update = build_status(observe(job(succeeded=1), [done], phase="Running"))
+    assert update.phase == "Running"
+    assert not update.changed_phase
 
 
 def test_cancel_waits_for_the_pod_then_is_cancelled() -> None:

@@ -31,6 +31,18 @@ def test_off_without_the_resources_identity() -> None:
     assert target is not None
     assert (target.namespace, target.name, target.uid) == ("ns", "bb", "u")
     assert target.termination_message_path == Path("/dev/termination-log")
+    assert target.results_config_map is None  # no pod name: nowhere to write a report of its own
+
+
+def test_each_pod_creates_a_results_config_map_of_its_own() -> None:
+    """Each attempt (pod) of a benchmark keeps its report: the runner creates, and never changes, a ConfigMap."""
+    identity = {"BATCHMARK_RESOURCE_NAMESPACE": "ns", "BATCHMARK_RESOURCE_NAME": "bb", "BATCHMARK_POD_NAME": "bb-x7k2q"}
+    target = StatusTarget.from_environment(identity)
+    assert target is not None
+    assert target.results_config_map == "bb-x7k2q-results"
+    chosen = StatusTarget.from_environment({**identity, "BATCHMARK_RESULTS_CONFIGMAP": "mine"})
+    assert chosen is not None
+    assert chosen.results_config_map == "mine"
 
 
 def test_the_report_goes_plain_when_it_fits_and_compressed_when_not() -> None:

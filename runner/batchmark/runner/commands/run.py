@@ -24,6 +24,7 @@ from batchmark.runner.events import RunObserver
 from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS, MetricsObserver, MetricsServer
 from batchmark.runner.outputs import write_reports
 from batchmark.runner.pushgateway import PushOutcome, push_results, run_succeeded
+from batchmark.runner.records import DataError
 from batchmark.runner.results import RunReport
 from batchmark.runner.shutdown import Shutdown
 
@@ -39,7 +40,11 @@ def run_command(
         print_error(console, "run", str(error))
         return EXIT_USAGE
     observers: list[RunObserver] = [ConsoleObserver(console, show_progress=not args.quiet), *extra_observers]
-    runner = BenchmarkRunner(config, observers, stop=shutdown.stop)
+    try:
+        runner = BenchmarkRunner(config, observers, stop=shutdown.stop)
+    except DataError as error:
+        print_error(console, "run", f"--data: {error}")
+        return EXIT_USAGE
     try:
         runner.check()
     except EngineArgumentError as error:

@@ -13,6 +13,7 @@ from typing import Any
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
+from batchmark.runner.engines.bytetokens import byte_tokens
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.simulated import (
     DEFAULT_MAX_MODEL_LEN,
@@ -23,6 +24,7 @@ from batchmark.runner.engines.simulated import (
     SimulatedLLM,
     TokensPrompt,
 )
+from batchmark.runner.records import prompt_text
 
 
 class EngineUnavailable(RuntimeError):
@@ -73,7 +75,7 @@ class _TokenPrompts:
         self._factory = factory
 
     def build(self, spec: RequestSpec) -> tuple[Any, Hashable]:
-        token_ids = self._factory.token_ids(spec)
+        token_ids = byte_tokens(prompt_text(spec.prompt)) if spec.prompt is not None else self._factory.token_ids(spec)
         return TokensPrompt(prompt_token_ids=token_ids), tuple(token_ids)
 
     def output_key(self, output: Any) -> Hashable:

@@ -22,6 +22,7 @@ import jinja2.sandbox
 
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.prompts import TokenPromptFactory
+from batchmark.runner.records import prompt_text
 
 _JINJA_MARKERS = ("{{", "{%", "{#")
 # What a template is rendered against when checked before a run: the shape of our synthetic requests.
@@ -133,10 +134,19 @@ class ChatPromptBuilder:
         )
 
     def token_ids(self, spec: RequestSpec) -> list[int]:
-        content_ids = self._factory.token_ids(spec)
-        if self.request_format.kind == "plain":
-            return content_ids
-        messages = [{"role": "user", "content": self._tokenizer.decode(content_ids)}]
+        if spec.prompt is not None:
+            # The user's own prompt: tokenized as the main process counted it (no special tokens added).
+            if self.request_format.kind == "plain":
+                return list(self._tokenizer.encode(prompt_text(spec.prompt), add_special_tokens=False))
+            if isinstance(spec.prompt, str):
+                messages = [{"role": "user", "content": spec.prompt}]
+            else:
+                messages = [{"role": role, "content": content} for role, content in spec.prompt]
+        else:
+            content_ids = self._factory.token_ids(spec)
+            if self.request_format.kind == "plain":
+                return content_ids
+            messages = [{"role": "user", "content": self._tokenizer.decode(content_ids)}]
         if self._template is None:
             text = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:

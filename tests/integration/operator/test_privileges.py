@@ -1,0 +1,271 @@
+"""What the operator and a benchmark's runner may do, asked of the real API server with the chart's RBAC as
+installed (helm template of templates/rbac.yaml, applied) and the runner's Role as the operator makes it.
+
+The table below is the promise; charts/batchmark/README.md ("Privileges") shows it, and a test here checks the
+README says exactly this table. Each row is asked with `kubectl auth can-i --as=system:serviceaccount:...`
+(a SubjectAccessReview), and the Roles the operator could try to create are sent, as it, to the API server
+(`--dry-run=server`: the RBAC escalation check and the chart's ValidatingAdmissionPolicy run, nothing is stored).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.fixtures import KubeCluster
+from tests.integration.operator.conftest import (
+    ROOT,
+    OperatorProcess,
+    benchmark,
+    example,
+    kubectl_apply,
+    operator_with_the_charts_rbac,
+    wait_for_phase,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+
+CHART_README = ROOT / "charts" / "batchmark" / "README.md"
+# Where each row is asked: the benchmarks' namespace, one with nothing of batchmark's, and kube-system.
+HERE, ELSEWHERE, SYSTEM, EVERYWHERE = "its namespace", "another namespace", "kube-system", "all namespaces"
+
+
+@dataclass(frozen=True)
+class Check:
+    who: str  # "operator" (the chart's ServiceAccount) or "runner" (benchmark `mine`'s)
+    verb: str
+    resource: str  # as kubectl names it; `mine` and `other` are two benchmarks of the namespace
+    where: str
+    allowed: bool
+    why: str
+    subresource: str = ""
+
+    @property
+    def action(self) -> str:
+        return f"{self.verb} {self.resource}" + (f" (subresource {self.subresource})" if self.subresource else "")
+
+
+BB = "batchbenchmarks.batchmark.dev"
+TABLE = [
+    # The operator: its own resource, and create-only on the children it makes.
+    Check("operator", "watch", BB, EVERYWHERE, True, "follow the benchmarks"),
+    Check("operator", "patch", f"{BB}/mine", HERE, True, "the status fields it writes", "status"),
+    Check("operator", "update", f"{BB}/mine", HERE, True, "owner references that block deletion", "finalizers"),
+    Check("operator", "create", "configmaps", HERE, True, "a benchmark's runner config"),
+    Check("operator", "create", "serviceaccounts", HERE, True, "a benchmark's runner identity"),
+    Check("operator", "create", "roles", HERE, True, "the runner's Role (no more than it holds itself)"),
+    Check("operator", "create", "rolebindings", HERE, True, "the runner's RoleBinding"),
+    Check("operator", "create", "jobs.batch", HERE, True, "the benchmark's Job"),
+    Check("operator", "watch", "pods", EVERYWHERE, True, "the Jobs' pods (RBAC cannot narrow a watch to labels)"),
+    Check("operator", "get", "configmaps/mine-config", HERE, False, "reads no ConfigMap, not even its own"),
+    Check("operator", "list", "configmaps", EVERYWHERE, False, "reads no ConfigMap"),
+    Check("operator", "patch", "configmaps/somebody-elses", ELSEWHERE, False, "changes no ConfigMap"),
+    Check("operator", "get", "configmaps/aws-auth", SYSTEM, False, "kube-system's ConfigMaps"),
+    Check("operator", "patch", "configmaps/aws-auth", SYSTEM, False, "kube-system's ConfigMaps"),
+    Check("operator", "delete", "configmaps", HERE, False, "deletes nothing (the garbage collector does)"),
+    Check("operator", "get", "secrets", HERE, False, "no Secrets"),
+    Check("operator", "list", "secrets", EVERYWHERE, False, "no Secrets"),
+    Check("operator", "get", "roles", HERE, False, "reads no Role"),
+    Check("operator", "patch", "roles/somebody-elses", HERE, False, "changes no Role"),
+    Check("operator", "escalate", "roles", HERE, False, "cannot grant what it does not hold"),
+    Check("operator", "bind", "roles", HERE, False, "cannot bind what it does not hold"),
+    Check("operator", "bind", "clusterroles/admin", HERE, False, "cannot bind what it does not hold"),
+    Check("operator", "create", "clusterrolebindings", EVERYWHERE, False, "nothing cluster-wide"),
+    Check("operator", "patch", "serviceaccounts/default", HERE, False, "changes no ServiceAccount"),
+    Check("operator", "create", "serviceaccounts/default", HERE, False, "no tokens", "token"),
+    Check("operator", "create", "pods", HERE, False, "runs nothing but Jobs"),
+    Check("operator", "create", "pods/mine", HERE, False, "no exec into pods", "exec"),
+    Check("operator", "impersonate", "serviceaccounts", HERE, False, "acts as no one else"),
+    # The runner of benchmark `mine`: its one status, and creating the ConfigMap of its report.
+    Check("runner", "get", f"{BB}/mine", HERE, True, "its own status", "status"),
+    Check("runner", "patch", f"{BB}/mine", HERE, True, "its progress and results", "status"),
+    Check("runner", "create", "configmaps", HERE, True, "the ConfigMap of its full report"),
+    Check("runner", "patch", f"{BB}/other", HERE, False, "another benchmark's status", "status"),
+    Check("runner", "get", f"{BB}/other", HERE, False, "another benchmark's status", "status"),
+    Check("runner", "patch", f"{BB}/mine", HERE, False, "its spec"),
+    Check("runner", "delete", f"{BB}/mine", HERE, False, "its benchmark"),
+    Check("runner", "get", "configmaps/mine-config", HERE, False, "reads no ConfigMap"),
+    Check("runner", "patch", "configmaps/other-results", HERE, False, "changes no ConfigMap"),
+    Check("runner", "list", "configmaps", HERE, False, "reads no ConfigMap"),
+    Check("runner", "get", "configmaps/aws-auth", SYSTEM, False, "kube-system's ConfigMaps"),
+    Check("runner", "create", "configmaps", ELSEWHERE, False, "only in its namespace"),
+    Check("runner", "get", "secrets", HERE, False, "no Secrets"),
+    Check("runner", "list", "pods", HERE, False, "no pods"),
+    Check("runner", "create", "pods", HERE, False, "no pods"),
+    Check("runner", "create", "roles", HERE, False, "grants nothing"),
+    Check("runner", "create", "rolebindings", HERE, False, "grants nothing"),
+]
+
+
+def markdown_table() -> str:
+    """The table as charts/batchmark/README.md shows it."""
+    lines = ["| Who | Action | Where | Allowed | Why |", "|---|---|---|---|---|"]
+    for check in TABLE:
+        allowed = "yes" if check.allowed else "**no**"
+        lines.append(f"| {check.who} | `{check.action}` | {check.where} | {allowed} | {check.why} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_charts_readme_shows_the_table() -> None:
+    assert markdown_table() in CHART_README.read_text(encoding="utf-8"), (
+        "charts/batchmark/README.md must show the privilege table of tests/integration/operator/test_privileges.py"
+    )
+
+
+def can_i(cluster: KubeCluster, user: str, check: Check, namespaces: dict[str, str]) -> bool:
+    arguments = ["auth", "can-i", check.verb, check.resource, f"--as={user}"]
+    if check.subresource:
+        arguments.append(f"--subresource={check.subresource}")
+    arguments += ["--all-namespaces"] if check.where == EVERYWHERE else ["-n", namespaces[check.where]]
+    answer = cluster.kubectl(*arguments, check=False).stdout.strip()
+    assert answer in ("yes", "no"), answer
+    return answer == "yes"
+
+
+def create_as(
+    cluster: KubeCluster, user: str, namespace: str, manifest: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl create --dry-run=server` as the user: the API server authorises and checks it, stores nothing."""
+    return subprocess.run(
+        [
+            str(cluster.binaries.kubectl),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "-n",
+            namespace,
+            "create",
+            "-f",
+            "-",
+            "--dry-run=server",
+            f"--as={user}",
+        ],
+        input=yaml.safe_dump(manifest),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def was_refused(result: subprocess.CompletedProcess[str]) -> bool:
+    """Refused by RBAC (403, its escalation check included) or by the chart's ValidatingAdmissionPolicy."""
+    said = result.stderr.lower()
+    return result.returncode != 0 and ("forbidden" in said or "operator-writes' denied request" in said)
+
+
+def role(name: str, *rules: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name},
+        "rules": list(rules),
+    }
+
+
+def short_run(name: str) -> dict[str, Any]:
+    manifest = example("simulated-throughput.yaml", name=name)
+    manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 30}]
+    return manifest
+
+
+def test_the_operator_and_the_runner_hold_exactly_the_table(
+    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
+) -> None:
+    cluster = batchmark_operator.cluster
+    with operator_with_the_charts_rbac(batchmark_operator, kube_namespace, tmp_path) as (restricted, rbac):
+        for name in ("mine", "other"):
+            applied = kubectl_apply(cluster, kube_namespace, yaml.safe_dump(short_run(name)))
+            assert applied.returncode == 0, applied.stderr
+        for name in ("mine", "other"):
+            found = wait_for_phase(cluster, kube_namespace, name, {"Succeeded", "Failed"}, 180)
+            assert found["status"]["phase"] == "Succeeded", found["status"]
+        restricted.assert_alive()
+        log = restricted.log_path.read_text(errors="replace")
+        assert "Forbidden" not in log
+        assert " 403" not in log
+
+        job = cluster.kubectl("get", "job", "mine", "-n", kube_namespace, "-o", "yaml").stdout
+        runner_account = yaml.safe_load(job)["spec"]["template"]["spec"]["serviceAccountName"]
+        users = {
+            "operator": f"system:serviceaccount:{kube_namespace}:{rbac.service_account}",
+            "runner": f"system:serviceaccount:{kube_namespace}:{runner_account}",
+        }
+        namespaces = {HERE: kube_namespace, ELSEWHERE: "default", SYSTEM: "kube-system"}
+        wrong = [
+            f"{check.who} {check.action} in {check.where}: {'refused' if check.allowed else 'allowed'}"
+            for check in TABLE
+            if can_i(cluster, users[check.who], check, namespaces) != check.allowed
+        ]
+        assert not wrong, wrong
+
+        # What the operator may create, sent as it: the API server's RBAC escalation check and the chart's
+        # ValidatingAdmissionPolicy refuse anything but its benchmarks' children as it makes them.
+        operator = users["operator"]
+        mine = benchmark(cluster, kube_namespace, "mine")["metadata"]
+        owned: dict[str, Any] = {"ownerReferences": [{"apiVersion": "batchmark.dev/v1alpha1", "kind": "BatchBenchmark",
+                                      "name": "mine", "uid": mine["uid"], "controller": True}]}  # fmt: skip
+        status_rule = {
+            "apiGroups": ["batchmark.dev"],
+            "resources": ["batchbenchmarks/status"],
+            "resourceNames": ["mine"],
+            "verbs": ["get", "patch"],
+        }
+        create_config_maps = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
+        runner_like = role("mine-runner-x", status_rule, create_config_maps) | {
+            "metadata": {"name": "mine-runner-x", **owned}
+        }
+        accepted = create_as(cluster, operator, kube_namespace, runner_like)
+        assert accepted.returncode == 0, accepted.stderr
+        for rule in (
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["aws-auth"], "verbs": ["patch"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]},
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},  # held, yet refused
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # held, yet refused
+            {**status_rule, "resourceNames": ["other"]},  # held, yet refused
+        ):
+            wider = role("mine-runner-y", status_rule, rule) | {"metadata": {"name": "mine-runner-y", **owned}}
+            refused = create_as(cluster, operator, kube_namespace, wider)
+            assert refused.returncode != 0, rule
+            assert was_refused(refused), (rule, refused.stderr)
+        to_admin = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "mine-to-admin", **owned},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": runner_account, "namespace": kube_namespace}],
+        }
+        to_other = {
+            **to_admin,
+            # The runner's own Role, which the operator holds every right of, bound to another account.
+            "metadata": {"name": "mine-runner-z", **owned},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": runner_account},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": kube_namespace}],
+        }
+        foreign_config_maps: list[tuple[str, dict[str, Any]]] = [
+            (SYSTEM, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "aws-auth"}}),
+            (HERE, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unowned"}}),
+            (HERE, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "not-mine", **owned}}),
+        ]
+        for where, manifest in [(HERE, to_admin), (HERE, to_other), *foreign_config_maps]:
+            refused = create_as(cluster, operator, namespaces[where], manifest)
+            assert refused.returncode != 0, manifest
+            assert was_refused(refused), (manifest, refused.stderr)
+        own_config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mine-extra", **owned}}
+        accepted = create_as(cluster, operator, kube_namespace, own_config_map)
+        assert accepted.returncode == 0, accepted.stderr
+
+        # The runner's report: in a ConfigMap it created, owned by its benchmark, named in the status.
+        status = benchmark(cluster, kube_namespace, "mine")["status"]
+        results = cluster.kubectl("get", "configmap", status["resultsConfigMap"], "-n", kube_namespace, "-o", "yaml")
+        config_map = yaml.safe_load(results.stdout)
+        assert config_map["data"]["report.json"]
+        (owner,) = config_map["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("BatchBenchmark", "mine")
+        assert owner["uid"] == benchmark(cluster, kube_namespace, "mine")["metadata"]["uid"]
