@@ -51,7 +51,9 @@ def test_a_config_map_of_prompts_runs_the_same_requests_as_on_a_laptop(
     assert result.returncode == 0, result.stderr
     found = wait_for_phase(cluster, kube_namespace, "own-prompts", {"Succeeded", "Failed"})
     assert found["status"]["phase"] == "Succeeded", found["status"]
-    in_pod = read_report_config_map(core.read_namespaced_config_map("own-prompts-results", kube_namespace).to_dict())
+    # The runner creates the results ConfigMap and names it in the status.
+    results_name = found["status"]["resultsConfigMap"]
+    in_pod = read_report_config_map(core.read_namespaced_config_map(results_name, kube_namespace).to_dict())
     assert in_pod is not None
     assert in_pod.data is not None
 
