@@ -199,7 +199,9 @@ def test_the_operators_job_runs_the_benchmark_in_the_runner_image_as_its_user(
     assert found["status"]["results"][0]["requests"]["completed"] > 0
     # The full report in the results ConfigMap: only the runner writes it, through the API server it reaches
     # from the pod's network at the `kubernetes` Service's address, with the pod's service-account token.
-    config_map = CoreV1Api(cluster.api_client()).read_namespaced_config_map(f"{name}-results", namespace)
+    config_map = CoreV1Api(cluster.api_client()).read_namespaced_config_map(
+        found["status"]["resultsConfigMap"], namespace
+    )
     report = read_report_config_map(config_map.to_dict())
     assert report is not None
     assert report.benchmarks[0].requests.completed > 0
