@@ -86,15 +86,18 @@ def container_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube
         control_plane.stop()
 
 
+def fresh_namespace(cluster: KubeCluster) -> Iterator[str]:
+    """A namespace of its own on ``cluster``, deleted (with everything in it) when the generator closes."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    cluster.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
 @pytest.fixture
 def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     """A fresh namespace for one test, deleted (with everything in it) afterwards."""
-    name = f"test-{uuid.uuid4().hex[:10]}"
-    kube_cluster.request(
-        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    )
-    yield name
-    kube_cluster.request("DELETE", f"/api/v1/namespaces/{name}")
+    yield from fresh_namespace(kube_cluster)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ its own, with the CRD and no operator."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from batchmark.runner.cli import main
 from batchmark.runner.outputs import load_report
 from batchmark.runner.statuswriter import report_config_map_data
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixtures import KubeCluster, required_binaries
+from tests.cluster.fixtures import KubeCluster, fresh_namespace, required_binaries
 from tests.integration.operator.conftest import kubectl_apply, with_the_crd
 from tests.integration.runner.harness import run_args
 
@@ -45,12 +44,7 @@ def batchmark_crd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClus
 @pytest.fixture
 def kube_namespace(batchmark_crd: KubeCluster) -> Iterator[str]:
     """A fresh namespace of this module's control plane."""
-    name = f"test-{uuid.uuid4().hex[:10]}"
-    batchmark_crd.request(
-        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    )
-    yield name
-    batchmark_crd.request("DELETE", f"/api/v1/namespaces/{name}")
+    yield from fresh_namespace(batchmark_crd)
 
 
 def cli(argv: list[str]) -> int:
