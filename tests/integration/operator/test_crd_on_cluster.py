@@ -160,6 +160,8 @@ OPTIONAL: dict[str, Any] = {
     "retries": 2,
     "ttlSecondsAfterFinished": 60,
     "metrics": {"port": 9000},
+    "repeats": 3,
+    "dataVolume": {"configMap": "prompts"},
 }
 # The required fields, each with another valid value.
 REQUIRED_CHANGED: dict[str, Any] = {
