@@ -398,8 +398,8 @@ class ControlPlane:
             [
                 str(self.binaries.kube_apiserver),
                 f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
-                # With containers, pods reach it from their own network namespaces, through the bridge.
-                "--bind-address=0.0.0.0" if self.runtime == "containers" else "--bind-address=127.0.0.1",
+                # Pods of the containers runtime reach it too: a DNAT rule on their bridge sends them here.
+                "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={apiserver_port}",
                 f"--cert-dir={self.run_directory / 'apiserver'}",

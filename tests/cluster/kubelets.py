@@ -151,7 +151,7 @@ class PodNetwork:
             "-j",
             "DNAT",
             "--to-destination",
-            f"{self.api_address}:{apiserver_port}",
+            f"127.0.0.1:{apiserver_port}",
         ]
 
     def _isolation_rule(self) -> list[str]:
@@ -171,7 +171,7 @@ class PodNetwork:
         ]
 
     def route_api_server(self, iptables: Path, apiserver_port: int) -> None:
-        """Send what pods address to the `kubernetes` Service (port 443) to the API server's port, and drop
+        """Send what pods address to the `kubernetes` Service (port 443) to the API server on 127.0.0.1, and drop
         whatever pods send to be forwarded elsewhere (the CNI bridge plugin turns IP forwarding on)."""
         _run([iptables, "-t", "nat", "-A", *self._dnat_rule(apiserver_port)])
         _run([iptables, "-I", *self._isolation_rule()])
@@ -245,6 +245,9 @@ def allocate_pod_network(run_directory: Path, iptables: Path) -> PodNetwork:
         _run(["ip", "address", "add", f"{network.gateway}/24", "dev", network.bridge])
         _run(["ip", "address", "add", f"{network.api_address}/32", "dev", network.bridge])
         _run(["ip", "link", "set", network.bridge, "up"])
+        # The API server listens on 127.0.0.1 only; the DNAT rule sends the pods' packets there, which the kernel
+        # accepts from this bridge only with route_localnet (as kube-proxy does for node ports on localhost).
+        Path(f"/proc/sys/net/ipv4/conf/{network.bridge}/route_localnet").write_text("1\n")
         (run_directory / "pod-network.json").write_text(json.dumps({"number": number}))
         return network
     raise ContainersRuntimeError("no free pod network number (bridges bmk0..bmk255 are all taken)")
