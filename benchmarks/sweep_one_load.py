@@ -3,7 +3,7 @@
 Usage (from the repository root, with the vLLM venv's Python):
 
     .venv-vllm/bin/python benchmarks/sweep_one_load.py [--rounds 2]
-    .venv-vllm/bin/python benchmarks/sweep_one_load.py --repeats 3 [--rounds 2] [--requests 256]
+    .venv-vllm/bin/python benchmarks/sweep_one_load.py --repeats 3 --rounds 1 [--requests 256]
 
 One vLLM engine on the machine at a time: each `batchmark run` process takes /tmp/batchmark-vllm.lock (the lock
 the other vLLM benchmarks take) for its whole life, and its wall time is counted from the moment it holds the
@@ -224,100 +224,132 @@ def order_rounds(model: Path, workdir: Path, rounds: int) -> str:
     return "\n".join(lines)
 
 
-def repeats_round(model: Path, workdir: Path, repeats: int, round_index: int) -> dict[str, Any]:
-    """One sweep with --repeats against repeats x 5 separate runs (round-robin over the batch sizes); the sweep
-    first in even rounds, last in odd ones."""
-
-    def sweep() -> dict[str, Any]:
-        sizes = ",".join(str(size) for size in BATCH_SIZES)
-        name = f"sweep-repeats-{repeats}-round{round_index}"
-        run_config = config(model, BATCH_SIZES[0], workdir / f"{name}.json")
-        result = batchmark(run_config, ["--sweep", f"batch_size={sizes}", "--repeats", str(repeats)], workdir, name)
-        report = json.loads((workdir / f"{name}.json").read_text())
-        result["sweep_timed_seconds"] = report["sweep"]["timed_seconds"]
-        result["order"] = [[benchmark["batch_size"], benchmark["repeat"]] for benchmark in report["benchmarks"]]
-        result["repeats"] = [
-            {
-                "batch_size": entry["batch_size"],
-                "output_tokens_per_second": [
-                    report["benchmarks"][index]["throughput"]["output_tokens_per_second"]
-                    for index in entry["benchmarks"]
-                ],
-                "interval": entry["output_tokens_per_second"],
-                "request_latency_p99": entry["latency"]["request_latency_p99"],
-            }
-            for entry in report["repeated"]
-        ]
-        result["recommendation"] = report["recommendation"]["statement"]
-        print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
-        return result
-
-    def separate() -> list[dict[str, Any]]:
-        runs = []
-        for repeat in range(repeats):
-            for size in BATCH_SIZES:
-                name = f"alone-round{round_index}-{repeat}-{size}"
-                run = batchmark(config(model, size, workdir / f"{name}.json"), [], workdir, name)
-                run["batch_size"] = size
-                print(f"{name}: {json.dumps(run)}", file=sys.stderr, flush=True)
-                runs.append(run)
-        return runs
-
-    load_before = os.getloadavg()[0]
-    if round_index % 2 == 0:
-        swept, runs = sweep(), separate()
-    else:
-        runs = separate()
-        swept = sweep()
-    return {"sweep": swept, "separate": runs, "load_average": [load_before, os.getloadavg()[0]]}
+def repeated_sweep(model: Path, workdir: Path, repeats: int, index: int) -> dict[str, Any]:
+    """One `--sweep batch_size=... --repeats N` run: its wall time, visiting order, intervals and recommendation."""
+    sizes = ",".join(str(size) for size in BATCH_SIZES)
+    name = f"sweep-repeats-{repeats}-{index}"
+    run_config = config(model, BATCH_SIZES[0], workdir / f"{name}.json")
+    result = batchmark(run_config, ["--sweep", f"batch_size={sizes}", "--repeats", str(repeats)], workdir, name)
+    report = json.loads((workdir / f"{name}.json").read_text())
+    result["sweep_timed_seconds"] = report["sweep"]["timed_seconds"]
+    result["order"] = [[benchmark["batch_size"], benchmark["repeat"]] for benchmark in report["benchmarks"]]
+    result["repeats"] = [
+        {
+            "batch_size": entry["batch_size"],
+            "output_tokens_per_second": [
+                report["benchmarks"][index]["throughput"]["output_tokens_per_second"] for index in entry["benchmarks"]
+            ],
+            "interval": entry["output_tokens_per_second"],
+            "request_latency_p99": entry["latency"]["request_latency_p99"],
+        }
+        for entry in report["repeated"]
+    ]
+    result["recommendation"] = report["recommendation"]["statement"]
+    print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
+    return result
 
 
-def repeats_table(rounds: list[dict[str, Any]], repeats: int) -> str:
+def separate_runs(model: Path, workdir: Path, repeats: int, index: int) -> list[dict[str, Any]]:
+    """``repeats`` x 5 separate runs, round-robin over the batch sizes, as a user without --repeats would."""
+    runs = []
+    for repeat in range(repeats):
+        for size in BATCH_SIZES:
+            name = f"alone-{index}-{repeat}-{size}"
+            run = batchmark(config(model, size, workdir / f"{name}.json"), [], workdir, name)
+            run["batch_size"] = size
+            print(f"{name}: {json.dumps(run)}", file=sys.stderr, flush=True)
+            runs.append(run)
+    return runs
+
+
+def repeats_sequence(model: Path, workdir: Path, repeats: int, rounds: int, save: Path | None) -> dict[str, Any]:
+    """Sweeps with --repeats and blocks of separate runs, alternating, a sweep first and last: S P S (P S ...).
+
+    Every block of separate runs has a sweep before and after it, so a drift in the machine's speed over the
+    ~15 separate runs weighs on the sweeps as much as on them.
+    """
+    record: dict[str, Any] = {"repeats": repeats, "sweeps": [], "separate": []}
+
+    def step(kind: str, run: Any) -> None:
+        record[kind].append(run)
+        if save is not None:  # after every step: a later failure keeps the steps done
+            save.write_text(json.dumps(record, indent=2) + "\n")
+
+    step("sweeps", {"load_average": os.getloadavg()[0], **repeated_sweep(model, workdir, repeats, 0)})
+    for index in range(rounds):
+        load_before = os.getloadavg()[0]
+        block = separate_runs(model, workdir, repeats, index)
+        step("separate", {"load_average": [load_before, os.getloadavg()[0]], "runs": block})
+        step("sweeps", {"load_average": os.getloadavg()[0], **repeated_sweep(model, workdir, repeats, index + 1)})
+    # Through JSON, so the table reads the same keys as the saved file gives.
+    loaded: dict[str, Any] = json.loads(json.dumps(record))
+    return loaded
+
+
+def repeats_table(record: dict[str, Any]) -> str:
+    repeats = record["repeats"]
+    sweeps, blocks = record["sweeps"], record["separate"]
     count = repeats * len(BATCH_SIZES)
     lines = [
-        f"| round | order | sweep x{repeats}: wall s (engine load s, timed s) | {count} separate runs: wall s in all"
-        " (engine loads s in all) | sweep / separate | engine start failures (sweep / separate) |"
-        " load average (start → end) |",
-        "|---:|---|---:|---:|---:|---|---|",
+        "| step | what | wall s | engine load s | timed s | engine start failures | load average |",
+        "|---:|---|---:|---:|---:|---:|---|",
     ]
-    for index, entry in enumerate(rounds):
-        swept, runs = entry["sweep"], entry["separate"]
-        total = sum(run["wall_seconds"] for run in runs)
-        loads = sum(run["load_seconds"][0] for run in runs)
-        failures = f"{len(swept['failed_attempts'])} / {sum(len(run['failed_attempts']) for run in runs)}"
-        order = "sweep first" if index % 2 == 0 else "separate first"
+    for index, sweep in enumerate(sweeps):
         lines.append(
-            f"| {index + 1} | {order} | {swept['wall_seconds']:.1f} ({swept['load_seconds'][0]:.1f},"
-            f" {swept['sweep_timed_seconds']:.1f}) | {total:.1f} ({loads:.1f}) | {swept['wall_seconds'] / total:.2f}"
-            f" | {failures} | {entry['load_average'][0]:.1f} → {entry['load_average'][1]:.1f} |"
+            f"| {2 * index + 1} | sweep x{repeats}, one process | {sweep['wall_seconds']:.1f}"
+            f" | {sweep['load_seconds'][0]:.1f} | {sweep['sweep_timed_seconds']:.1f}"
+            f" | {len(sweep['failed_attempts'])} | {sweep['load_average_at_start']:.1f} at start |"
         )
-    for index, entry in enumerate(rounds):
-        swept, runs = entry["sweep"], entry["separate"]
-        order = ", ".join(f"{size}/r{repeat}" for size, repeat in swept["order"])
+        if index < len(blocks):
+            runs = blocks[index]["runs"]
+            timed = sum(run["timed_seconds"] for run in runs)
+            lines.append(
+                f"| {2 * index + 2} | {count} separate runs | {sum(run['wall_seconds'] for run in runs):.1f}"
+                f" | {sum(run['load_seconds'][0] for run in runs):.1f} | {timed:.1f}"
+                f" | {sum(len(run['failed_attempts']) for run in runs)}"
+                f" | {blocks[index]['load_average'][0]:.1f} → {blocks[index]['load_average'][1]:.1f} |"
+            )
+    sweep_wall = statistics.fmean(sweep["wall_seconds"] for sweep in sweeps)
+    separate_wall = statistics.fmean(sum(run["wall_seconds"] for run in block["runs"]) for block in blocks)
+    lines += [
+        "",
+        f"Wall time: a sweep with {repeats} repeats {sweep_wall:.1f} s (mean of {len(sweeps)}), {count} separate"
+        f" runs {separate_wall:.1f} s (mean of {len(blocks)}): {sweep_wall / separate_wall:.2f} of it.",
+    ]
+    alone_by_size = {
+        size: [run["points"][str(size)] for block in blocks for run in block["runs"] if run["batch_size"] == size]
+        for size in BATCH_SIZES
+    }
+    for index, sweep in enumerate(sweeps):
+        order = ", ".join(f"{size}/r{repeat}" for size, repeat in sweep["order"])
         lines += [
             "",
-            f"Round {index + 1}, the sweep's visiting order (batch size / repeat): {order}",
+            f"Sweep {index + 1} (step {2 * index + 1}), visiting order (batch size / repeat): {order}",
             "",
-            "| batch | sweep: output tokens/s per repeat | mean | 95% CI | spread (std/mean) |"
-            " request latency p99 mean [95% CI], s | separate runs: output tokens/s | their mean | inside the CI |",
-            "|---:|---|---:|---|---:|---|---|---:|---|",
+            "| batch | output tokens/s per repeat | mean | 95% CI | spread (std/mean) |"
+            " request latency p99 mean [95% CI], s | separate runs' mean inside the CI |",
+            "|---:|---|---:|---|---:|---|---|",
         ]
-        for point in swept["repeats"]:
+        for point in sweep["repeats"]:
             size = point["batch_size"]
             figure, latency = point["interval"], point["request_latency_p99"]
-            alone = [run["points"][str(size)] for run in runs if run["batch_size"] == size]
-            alone_mean = statistics.fmean(alone)
+            alone_mean = statistics.fmean(alone_by_size[size])
             inside = "yes" if figure["low"] <= alone_mean <= figure["high"] else "no"
             lines.append(
                 f"| {size} | {' / '.join(f'{value:,.0f}' for value in point['output_tokens_per_second'])}"
                 f" | {figure['mean']:,.0f} | {figure['low']:,.0f} to {figure['high']:,.0f}"
                 f" | {figure['relative_spread']:.1%}"
                 f" | {latency['mean']:.3g} [{latency['low']:.3g}, {latency['high']:.3g}]"
-                f" | {' / '.join(f'{value:,.0f}' for value in alone)} | {alone_mean:,.0f} | {inside} |"
+                f" | {alone_mean:,.0f}: {inside} |"
             )
-        lines += ["", swept["recommendation"]]
-        walls = " / ".join(f"{run['batch_size']}: {run['wall_seconds']:.1f}" for run in runs)
-        lines += ["", f"Separate runs' wall times, s, in their order: {walls}"]
+        lines += ["", sweep["recommendation"]]
+    lines += ["", "| batch | separate runs: output tokens/s | mean | wall s per run |", "|---:|---|---:|---|"]
+    for size in BATCH_SIZES:
+        walls = [run["wall_seconds"] for block in blocks for run in block["runs"] if run["batch_size"] == size]
+        lines.append(
+            f"| {size} | {' / '.join(f'{value:,.0f}' for value in alone_by_size[size])}"
+            f" | {statistics.fmean(alone_by_size[size]):,.0f} | {' / '.join(f'{wall:.1f}' for wall in walls)} |"
+        )
     return "\n".join(lines)
 
 
@@ -336,8 +368,8 @@ def main() -> None:
     parser.add_argument(
         "--repeats",
         type=int,
-        help="instead: one sweep with --repeats N in one engine load against N x 5 separate runs, in each of"
-        " --rounds rounds (the sweep first in odd rounds, last in even ones)",
+        help="instead: sweeps with --repeats N in one engine load against blocks of N x 5 separate runs,"
+        " alternating with a sweep first and last (S P S for --rounds 1, S P S P S for 2)",
     )
     parser.add_argument("--model", type=Path, help="a local model folder instead of the benchmarks' tiny Llama")
     parser.add_argument("--requests", type=int, help=f"requests per benchmark (default {REQUESTS})")
@@ -353,12 +385,7 @@ def main() -> None:
             print(order_rounds(model, workdir, args.rounds))
             return
         if args.repeats:
-            for index in range(args.rounds):
-                # Through JSON, so the table reads the same keys as a --json file would give.
-                rounds.append(json.loads(json.dumps(repeats_round(model, workdir, args.repeats, index))))
-                if args.json is not None:  # after every round: a later failure keeps the rounds done
-                    args.json.write_text(json.dumps(rounds, indent=2) + "\n")
-            print(repeats_table(rounds, args.repeats))
+            print(repeats_table(repeats_sequence(model, workdir, args.repeats, args.rounds, args.json)))
             return
         for index in range(args.rounds):
             entry = one_round(model, workdir, index)
