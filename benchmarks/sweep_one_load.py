@@ -63,7 +63,16 @@ def engine_lock() -> Iterator[float]:
     """Hold the machine's vLLM lock; yields the seconds spent waiting for it."""
     started = time.monotonic()
     with LOCK.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"waiting for {LOCK}: another vLLM engine holds it (or this script runs under `flock` on it, which"
+                " would wait for ever: run it without)",
+                file=sys.stderr,
+                flush=True,
+            )
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield time.monotonic() - started
         finally:
