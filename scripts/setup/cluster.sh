@@ -19,12 +19,8 @@ if ! command -v etcd >/dev/null 2>&1; then
         $sudo chmod +x /usr/sbin/policy-rc.d
         added_policy=1
     fi
-    # The set-up steps run side by side (scripts/test); apt allows one at a time.
-    exec 8>"${TMPDIR:-/tmp}/batchmark-apt.lock"
-    flock 8
     $sudo apt-get update
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends etcd-server
-    flock -u 8
     [[ -z "$added_policy" ]] || $sudo rm -f /usr/sbin/policy-rc.d
     if [[ -d /run/systemd/system ]]; then
         $sudo systemctl disable --now etcd.service || true
@@ -38,12 +34,8 @@ done
 if [[ "${#missing[@]}" -gt 0 ]]; then
     sudo=""
     [[ "$(id -u)" == 0 ]] || sudo="sudo"
-    # The set-up steps run side by side (scripts/test); apt allows one at a time.
-    exec 8>"${TMPDIR:-/tmp}/batchmark-apt.lock"
-    flock 8
     $sudo apt-get update
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends runc iptables
-    flock -u 8
 fi
 
 # sed, not head: head exits after one line and, under pipefail, etcd's SIGPIPE (141) would fail the set-up.

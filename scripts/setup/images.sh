@@ -32,13 +32,9 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    # The set-up steps run side by side (scripts/test); apt allows one at a time.
-    exec 8>"${TMPDIR:-/tmp}/batchmark-apt.lock"
-    flock 8
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -q
     $SUDO apt-get install -y -q --no-install-recommends podman mmdebstrap runc uidmap
-    flock -u 8
 fi
 
 # The base: Debian bookworm's minimal system with Python 3.11 and venv, as a tarball (~65 s, 225 MB) imported

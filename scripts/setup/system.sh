@@ -36,13 +36,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The set-up steps run side by side (scripts/test); apt allows one at a time.
-exec 8>"${TMPDIR:-/tmp}/batchmark-apt.lock"
-flock 8
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-flock -u 8
 
 # With systemd as init, units may still be enabled for the next boot: disable them so that a machine that
 # runs the tests never serves Prometheus on 0.0.0.0 behind their back.
