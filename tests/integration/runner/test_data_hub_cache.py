@@ -39,20 +39,17 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An HF_HOME whose datasets cache holds REPOSITORY at COMMIT: configurations `default` (train, test splits)
-    and `short` (train)."""
+def fill_hub_cache(home: Path, downloads: Path) -> None:
+    """Leave in HF_HOME's datasets cache what `load_dataset(REPOSITORY)` leaves after downloading it at COMMIT:
+    configurations `default` (train, test splits) and `short` (train)."""
     from datasets.packaged_modules.json.json import Json
 
-    home = tmp_path_factory.mktemp("hf-home")
-    files = tmp_path_factory.mktemp("downloaded")
     configurations = {
         "default": {
-            "train": write_jsonl(files / "train.jsonl", TRAIN),
-            "test": write_jsonl(files / "test.jsonl", TEST),
+            "train": write_jsonl(downloads / "train.jsonl", TRAIN),
+            "test": write_jsonl(downloads / "test.jsonl", TEST),
         },
-        "short": {"train": write_jsonl(files / "short" / "train.jsonl", SHORT)},
+        "short": {"train": write_jsonl(downloads / "short" / "train.jsonl", SHORT)},
     }
     owner, name = REPOSITORY.split("/")
     cache = home / "datasets"
@@ -66,6 +63,12 @@ def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
             hash=COMMIT,
         )
         builder.download_and_prepare(output_dir=str(cache / f"{owner}___{name}" / configuration / "0.0.0" / COMMIT))
+
+
+@pytest.fixture(scope="module")
+def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("hf-home")
+    fill_hub_cache(home, tmp_path_factory.mktemp("downloaded"))
     return home
 
 
