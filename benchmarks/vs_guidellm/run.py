@@ -133,9 +133,7 @@ def guidellm(engine: str, model: Path, batch_size: int, requests: int, workdir: 
     }
 
 
-def batchmark(
-    engine: str, model: Path, batch_size: int, requests: int, dispatch: str, workdir: Path
-) -> dict[str, Any]:
+def batchmark(engine: str, model: Path, batch_size: int, requests: int, dispatch: str, workdir: Path) -> dict[str, Any]:
     out = workdir / f"batchmark-{engine}-{dispatch}-{batch_size}.json"
     config = {
         "name": f"vs-guidellm-{engine}-{dispatch}-{batch_size}",

@@ -15,7 +15,9 @@ from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__, contract
 from batchmark.runner.config import (
+    MAX_CONSTRAINTS,
     MAX_REPEATS,
+    MAX_SAMPLE_REQUESTS,
     MAX_SWEEP_BENCHMARKS,
     BackendConfig,
     ConstraintConfig,
@@ -174,10 +176,10 @@ class BatchBenchmarkSpec(ApiModel):
     data: DataConfig = Field(description="The requests to send.")
     profile: ProfileConfig = Field(description="When to send them.")
     constraints: list[ConstraintConfig] = Field(
-        min_length=1, max_length=10, description="When each benchmark stops; at least one must bound it."
+        min_length=1, max_length=MAX_CONSTRAINTS, description="When each benchmark stops; at least one must bound it."
     )
     sample_requests: int = Field(
-        default=20, ge=0, le=10000, description="Per-request records kept in the full results."
+        default=20, ge=0, le=MAX_SAMPLE_REQUESTS, description="Per-request records kept in the full results."
     )
     sweep: SweepConfig | None = Field(
         default=None,

@@ -27,12 +27,12 @@ from batchmark.operator.api import FINISHED_PHASES
 from batchmark.operator.kube import Kube
 from batchmark.operator.names import dns_label, dns_subdomain
 from batchmark.runner.config import OUTPUT_EXTENSIONS
-from batchmark.runner.configload import MAX_CONFIG_BYTES, MAX_CONFIG_EXPANDED, UsageError
+from batchmark.runner.configload import UsageError
 from batchmark.runner.console import print_error, print_plain, print_summary
 from batchmark.runner.contract import EXIT_CLUSTER, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.outputs import output_problem, write_report
 from batchmark.runner.results import RunReport
-from batchmark.runner.safeload import DocumentError, describe_yaml_error, load_yaml
+from batchmark.runner.safeload import UnusableFile, read_document
 from batchmark.runner.statuswriter import read_report_config_map
 
 # A server that accepts the connection and never answers must not hang the command; one that refuses is told at
@@ -77,24 +77,14 @@ def find_kubeconfig(given: str | None) -> Kubeconfig:
 def check_kubeconfig(kubeconfig: Kubeconfig) -> None:
     """Each file readable and a YAML mapping of bounded size, so the client never meets what it would crash on."""
     for path in kubeconfig.paths:
-        where = f"{kubeconfig.option}: {path}"
         try:
-            with path.open("rb") as file:
-                raw = file.read(MAX_CONFIG_BYTES + 1)
-        except OSError as error:
-            raise UsageError(f"{where}: cannot read it: {error.strerror or error}") from None
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise UsageError(f"{where}: larger than {MAX_CONFIG_BYTES // 2**20} MiB: not a kubeconfig")
-        try:
-            document = load_yaml(raw.decode("utf-8"), MAX_CONFIG_EXPANDED)
-        except UnicodeDecodeError as error:
-            raise UsageError(f"{where}: not a kubeconfig: not UTF-8 text (byte {error.start})") from None
-        except yaml.YAMLError as error:
-            raise UsageError(f"{where}: not a kubeconfig: not YAML: {describe_yaml_error(error)}") from None
-        except (DocumentError, RecursionError) as error:
-            raise UsageError(f"{where}: not a kubeconfig: {error or 'nested too deeply'}") from None
+            document = read_document(path, kubeconfig.option, "a kubeconfig")
+        except UnusableFile as error:
+            raise UsageError(str(error)) from None
         if not isinstance(document, dict):
-            raise UsageError(f"{where}: not a kubeconfig: it holds no mapping of clusters, users and contexts")
+            raise UsageError(
+                f"{kubeconfig.option}: {path}: not a kubeconfig: it holds no mapping of clusters, users and contexts"
+            )
 
 
 def context_namespace(kubeconfig: Kubeconfig) -> str:

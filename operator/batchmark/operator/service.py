@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kopf
-import yaml
 from prometheus_client import start_http_server
 from pydantic import ValidationError
+from rich.console import Console
 
 from batchmark.operator.api import OperatorDefaults
 from batchmark.operator.dispatch import API_CONNECTIONS
@@ -22,7 +22,9 @@ from batchmark.operator.handlers import build_registry, operator_memo
 from batchmark.operator.kube import Kube, api_client
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.reconcile import Reconciler
+from batchmark.runner.console import print_error
 from batchmark.runner.contract import EXIT_USAGE
+from batchmark.runner.safeload import UnusableFile, read_document
 
 log = logging.getLogger(__name__)
 _M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
@@ -54,9 +56,11 @@ def load_defaults(path: Path | None) -> OperatorDefaults:
     if path is None:
         return OperatorDefaults()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise DefaultsError(f"--defaults: cannot read {path}: {error}") from None
+        data = read_document(path, "--defaults", "operator defaults")
+    except UnusableFile as error:
+        raise DefaultsError(str(error)) from None
+    if data is None:  # an empty file: every default left unset
+        data = {}
     try:
         return OperatorDefaults.model_validate(data)
     except ValidationError as error:
@@ -111,8 +115,8 @@ def operator_command(args: argparse.Namespace) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:
         defaults = load_defaults(args.defaults)
-    except DefaultsError as error:
-        log.error("%s", error)
+    except DefaultsError as error:  # refused before anything starts, as argparse refuses: one line on stderr
+        print_error(Console(stderr=True), "operator", str(error))
         return EXIT_USAGE
     options = OperatorOptions(
         namespaces=args.namespace or (),

@@ -8,24 +8,18 @@ parser, so nothing here imports the command line.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 
 from batchmark.runner.backend.worker import mp_context_name
 from batchmark.runner.config import UNION_TAGS, RunConfig
 from batchmark.runner.outputs import output_problem
-from batchmark.runner.safeload import DocumentError, describe_yaml_error, load_json, load_yaml
+from batchmark.runner.safeload import UnusableFile, read_document
 from batchmark.runner.spec import SpecError, parse_spec, parse_sweep
 
-# A config is small: a ConfigMap holds at most 1 MiB, and a file larger than that is not a config. Its YAML
-# aliases may expand it to a few times its size, never to the billions of nodes a few of them can stand for.
-MAX_CONFIG_BYTES = 2**20
-MAX_CONFIG_EXPANDED = 4 * MAX_CONFIG_BYTES
 # Deeper nesting than this in a config is a mistake, and far deeper would exhaust Python's recursion limit.
 MAX_NESTING = 32
 _OPTION_OF_FIELD = {
@@ -176,28 +170,13 @@ def _normalised(value: Any, where: str, path: tuple[str, ...] = ()) -> Any:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_CONFIG_BYTES + 1)
-    except OSError as error:
-        raise UsageError(f"--config: cannot read {path}: {error.strerror or error}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise UsageError(f"--config: {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB, the most a config may be")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"--config: {path} is not UTF-8 text (byte {error.start})") from None
-    try:
-        data = load_json(text) if path.suffix.lower() == ".json" else load_yaml(text, MAX_CONFIG_EXPANDED)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"--config: {path} is not valid JSON: {error}") from None
-    except yaml.YAMLError as error:
-        raise UsageError(f"--config: {path} is not valid YAML: {describe_yaml_error(error)}") from None
-    except DocumentError as error:
-        raise UsageError(f"--config: {path}: {error}") from None
-    except RecursionError:
-        raise UsageError(f"--config: {path}: nested too deeply") from None
+        data = read_document(path, "--config", "a run config")
+    except UnusableFile as error:
+        raise UsageError(str(error)) from None
     if not isinstance(data, dict):
-        raise UsageError(f"--config: {path} must hold a mapping with backend, data, profile and constraints")
+        raise UsageError(
+            f"--config: {path}: not a run config: it holds no mapping of backend, data, profile and constraints"
+        )
     return data
 
 

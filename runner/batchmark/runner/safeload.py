@@ -1,5 +1,9 @@
 """YAML and JSON that a person or a cluster hands over, read so that it cannot exhaust memory or hide a mistake.
 
+A file named by an option (a run config, a kubeconfig, the operator's defaults) is read by ``read_document``: at
+most ``MAX_CONFIG_BYTES``, UTF-8, parsed with the bounds below, every problem one line that names the option and
+the file as the user wrote them.
+
 A few hundred bytes of YAML anchors and aliases can stand for billions of nodes ("billion laughs"): the parser
 shares them, but everything that walks the result copies them. So the size a document has once its aliases are
 expanded is measured on the parsed node graph, before any Python object is built, and bounded; an alias that
@@ -10,12 +14,18 @@ last one silently winning.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+# A config is small: a ConfigMap holds at most 1 MiB, and a file larger than that is not a config. Its YAML
+# aliases may expand it to a few times its size, never to the billions of nodes a few of them can stand for.
+MAX_CONFIG_BYTES = 2**20
+MAX_CONFIG_EXPANDED = 4 * MAX_CONFIG_BYTES
 
 
 class DocumentError(ValueError):
@@ -112,3 +122,36 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DocumentError(f"found key {key!r} twice in one object")
         result[key] = value
     return result
+
+
+class UnusableFile(ValueError):
+    """A file named by an option that cannot be read or parsed; the message is one line and names both."""
+
+
+def read_document(path: Path, option: str, what: str) -> Any:
+    """The value of the file ``option`` names: JSON if its name ends in .json, else YAML; ``what`` says what it
+    should be ("a kubeconfig") in the messages. UnusableFile for a file that cannot be read, is larger than
+    MAX_CONFIG_BYTES, is not UTF-8, is not valid, expands past MAX_CONFIG_EXPANDED, gives a key twice or nests
+    too deeply for the parser."""
+    where = f"{option}: {path}"
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise UnusableFile(f"{where}: cannot read it: {error.strerror or error}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UnusableFile(f"{where}: larger than {MAX_CONFIG_BYTES // 2**20} MiB, too large for {what}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UnusableFile(f"{where}: not {what}: not UTF-8 text (byte {error.start})") from None
+    try:
+        return load_json(text) if path.suffix.lower() == ".json" else load_yaml(text, MAX_CONFIG_EXPANDED)
+    except json.JSONDecodeError as error:
+        raise UnusableFile(f"{where}: not {what}: not JSON: {error}") from None
+    except yaml.YAMLError as error:
+        raise UnusableFile(f"{where}: not {what}: not YAML: {describe_yaml_error(error)}") from None
+    except DocumentError as error:
+        raise UnusableFile(f"{where}: not {what}: {error}") from None
+    except RecursionError:
+        raise UnusableFile(f"{where}: not {what}: nested too deeply") from None

@@ -89,7 +89,7 @@ def test_seed_example_runs_and_writes_every_format(tmp_path: Path) -> None:
         (["--profile", "kind=constant,rate=-2"], "--profile: rate: Input should be greater than 0"),
         (["--constraint", "kind=max_requests,count=x"], "--constraint: 0.count"),
         (["--constraint", "kind=max_errors,count=1"], "so that the run ends"),
-        (["--config", "/nonexistent/run.yaml"], "--config: cannot read /nonexistent/run.yaml"),
+        (["--config", "/nonexistent/run.yaml"], "--config: /nonexistent/run.yaml: cannot read it"),
         (["--backend", "kind=vllm_python_batch,model=m,engine=simulated", "--output", "x.txt"], "--output"),
     ],
 )

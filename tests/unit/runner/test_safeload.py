@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from batchmark.runner.safeload import DocumentError, load_json, load_yaml
+from batchmark.runner.safeload import MAX_CONFIG_BYTES, DocumentError, UnusableFile, load_json, load_yaml, read_document
 
 
 def test_anchors_aliases_and_merge_keys_still_load() -> None:
@@ -28,3 +30,22 @@ def test_a_key_twice_is_refused_in_yaml_and_json() -> None:
         load_yaml("a:\n  b: 1\n  b: 2\n", 1000)
     with pytest.raises(DocumentError, match="'b' twice"):
         load_json('{"a": {"b": 1, "b": 2}}')
+
+
+def test_a_file_is_read_as_json_by_its_name_else_as_yaml(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text('{"model": "m"}')
+    (tmp_path / "a.yaml").write_text("model: m  # a comment JSON would refuse\n")
+    assert read_document(tmp_path / "a.json", "--config", "a run config") == {"model": "m"}
+    assert read_document(tmp_path / "a.yaml", "--config", "a run config") == {"model": "m"}
+    (tmp_path / "b.json").write_text("model: m\n")
+    with pytest.raises(UnusableFile, match=f"^--config: {tmp_path / 'b.json'}: not a run config: not JSON: "):
+        read_document(tmp_path / "b.json", "--config", "a run config")
+
+
+def test_a_file_of_exactly_the_bound_is_read_and_one_byte_more_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"#" * (MAX_CONFIG_BYTES - 1) + b"\n")
+    assert read_document(path, "--config", "a run config") is None
+    path.write_bytes(b"#" * MAX_CONFIG_BYTES + b"\n")
+    with pytest.raises(UnusableFile, match="larger than 1 MiB, too large for a run config"):
+        read_document(path, "--config", "a run config")
