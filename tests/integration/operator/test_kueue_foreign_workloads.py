@@ -7,6 +7,7 @@ counted among everyone's, and a cancel deactivates the benchmark's own Workload 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,10 +111,13 @@ def test_the_operator_never_touches_another_teams_workloads_and_counts_them_in_p
     )
     cluster.request("POST", f"/apis/batch/v1/namespaces/{theirs}/jobs", team_job("bench", 3, BENCHMARK_JOB_LABELS))
     wait_for("their namesake's Workload", lambda: workload_of(cluster, theirs, "bench"), 30)
+    # Kueue orders a queue by creation time, to the second: each comes a second after the one before.
+    time.sleep(1.1)
 
     # Ours: `bench` (to be cancelled while it waits) and `after` (to run once everything ahead has).
     apply(cluster, ours, queued_run("bench", seconds=3))
     wait_for("our bench's Workload", lambda: workload_of(cluster, ours, "bench"), 30)
+    time.sleep(1.1)
     apply(cluster, ours, queued_run("after", seconds=3))
 
     def queue_of(name: str, expected: tuple[int, int]) -> dict[str, Any] | None:
@@ -121,7 +125,11 @@ def test_the_operator_never_touches_another_teams_workloads_and_counts_them_in_p
         return queue if queue and (queue["position"], queue["clusterQueuePosition"]) == expected else None
 
     # In our LocalQueue they are first and second; in the ClusterQueue, behind their waiting Job.
-    assert wait_for("bench's position", lambda: queue_of("bench", (0, 1)), 90)["name"] == "gpus"
+    try:
+        assert wait_for("bench's position", lambda: queue_of("bench", (0, 1)), 90)["name"] == "gpus"
+    except AssertionError:
+        statuses = {name: benchmark(cluster, ours, name).get("status") for name in ("bench", "after")}
+        raise AssertionError(f"bench never at (0, 1): {json.dumps(statuses, indent=1)}") from None
     wait_for("after's position", lambda: queue_of("after", (1, 2)), 90)
     message = benchmark(cluster, ours, "bench")["status"]["message"]
     assert message.startswith("position 0 in LocalQueue gpus, 1 in its ClusterQueue"), message
