@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Peak memory of `batchmark run` over a large JSONL file against the same run on synthetic data.
 
-The file is read as a stream (Hugging Face datasets): only the samples are kept, so the file's size must not
-show in the runner's memory. Writes a JSONL of --gigabytes (1 KiB records) once into --workdir, then runs the
-simulated engine at zero cost over it (in the file's order, and shuffled through the 10000-record buffer) and over
-synthetic text, each --repeat times, and prints the peak RSS of each (the largest of the runner's processes, from
-wait4). Target: within 100 MB of the synthetic run.
+The file is read as a stream (a block of lines at a time through pyarrow's JSON parser): only the samples are
+kept, so the file's size must not show in the runner's memory. Writes a JSONL of --gigabytes (1 KiB records) once
+into --workdir, then runs the simulated engine at zero cost over it (in the file's order, and shuffled through the
+10000-record buffer) and over synthetic text, each --repeat times, and prints the median peak RSS of each and
+every run's (the largest of the runner's processes, from wait4). Target: within 100 MB of the synthetic run.
 
-    .venv/bin/python benchmarks/data_memory.py --gigabytes 1 --repeat 2
+    .venv/bin/python benchmarks/data_memory.py --gigabytes 1 --repeat 3
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def peak_rss_mb(data: str) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gigabytes", type=float, default=1.0)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/batchmark-data-memory"))
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)

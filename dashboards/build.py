@@ -30,7 +30,8 @@ RATE: Final = "$__rate_interval"
 RUN: Final = 'namespace=~"$namespace", benchmark=~"$benchmark", run_id=~"$run"'
 # The operator's result gauges, narrowed by the comparison dashboard's variables.
 RESULT: Final = 'namespace=~"$namespace", model=~"$model"'
-RESULT_LABELS: Final = "namespace, name, model, batch_size, strategy, engine"
+# One point of one benchmark: the operator's result labels but `repeat`, so a point's repeats read as their mean.
+RESULT_LABELS: Final = "namespace, name, model, batch_size, strategy, engine, swept"
 # One benchmark of one run (a sweep's runs measure one batch size after another): what the run dashboard's
 # quantiles group by besides `le`, so that selecting several runs never blends their histograms into one.
 ONE_BENCHMARK: Final = "benchmark, run_id, batch_size"
@@ -312,8 +313,13 @@ def benchmark_run() -> models.Dashboard:
     )
 
 
+def point_mean(metric: str) -> str:
+    """A result gauge per point: the mean over its repeats (a run without repeats has one series per point)."""
+    return f"avg by ({RESULT_LABELS}) (batchmark_result_{metric}{{{RESULT}}})"
+
+
 def result_column(metric: str, ref: str) -> prometheus.Dataquery:
-    return query(f"max by ({RESULT_LABELS}) (batchmark_result_{metric}{{{RESULT}}})", ref=ref, instant=True)
+    return query(point_mean(metric), ref=ref, instant=True)
 
 
 def by_batch_size(title: str, description: str, unit: str, metric: str) -> barchart.Panel:
@@ -327,7 +333,7 @@ def by_batch_size(title: str, description: str, unit: str, metric: str) -> barch
         .height(9)
         .span(12)
         .x_field("batch_size")
-        .with_target(query(f"max by (model, batch_size) (batchmark_result_{metric}{{{RESULT}}})", instant=True))
+        .with_target(query(f"max by (model, batch_size) ({point_mean(metric)})", instant=True))
         .with_transformation(
             models.DataTransformerConfig(
                 id_val="groupingToMatrix",
@@ -353,10 +359,14 @@ COMPARISON_COLUMNS: Final = (
 
 def batch_size_comparison() -> models.Dashboard:
     refs = "ABCDEFG"
+    repeats_ref = "H"
     results_table = (
         table.Panel()
         .title("Finished benchmarks")
-        .description("Each finished BatchBenchmark's headline results, from the operator's result gauges.")
+        .description(
+            "Each finished BatchBenchmark's headline results, from the operator's result gauges: one row per sweep"
+            " point, its figures the mean over its repeats."
+        )
         .datasource(DATASOURCE)
         .height(10)
         .span(24)
@@ -367,7 +377,8 @@ def batch_size_comparison() -> models.Dashboard:
                 options={
                     "excludeByName": {"Time": True},
                     "renameByName": {
-                        f"Value #{ref}": name for ref, (_, name) in zip(refs, COMPARISON_COLUMNS, strict=True)
+                        **{f"Value #{ref}": name for ref, (_, name) in zip(refs, COMPARISON_COLUMNS, strict=True)},
+                        f"Value #{repeats_ref}": "Repeats",
                     },
                 },
             )
@@ -375,6 +386,13 @@ def batch_size_comparison() -> models.Dashboard:
     )
     for ref, (metric, _) in zip(refs, COMPARISON_COLUMNS, strict=True):
         results_table = results_table.with_target(result_column(metric, ref))
+    results_table = results_table.with_target(
+        query(
+            f"count by ({RESULT_LABELS}) (batchmark_result_output_tokens_per_second{{{RESULT}}})",
+            ref=repeats_ref,
+            instant=True,
+        )
+    )
     return (
         dashboard.Dashboard("batchmark / Batch size comparison")
         .uid("batchmark-batch-size-comparison")

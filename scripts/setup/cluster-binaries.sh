@@ -53,6 +53,18 @@ build_into() { # module-dir target-dir ldflags package...
     echo "build: done in $((SECONDS - started)) s" >&2
 }
 
+# On a machine without the binaries, the other modules' dependencies download (network, ~1.5 min) while
+# Kubernetes builds (CPU): each build then finds them in the module cache. A failed download costs nothing: the
+# build downloads what it misses itself.
+prefetches=()
+for module_and_target in "helm:helm-$helm_version" "kueue:kueue-$kueue_version" "containerd:containerd-$containerd_version" \
+    "critools:crictl-$crictl_version" "cni:cni-plugins-$cni_version"; do
+    if [[ ! -d "$cache/${module_and_target#*:}" ]]; then
+        (cd "$go_modules/${module_and_target%%:*}" && nice -n 10 go mod download >/dev/null 2>&1) &
+        prefetches+=("$!")
+    fi
+done
+
 kube_minor="$(echo "$kube_version" | cut -d. -f2)"
 kube_ldflags="-s -w"
 # What hack/lib/version.sh stamps into a release, so components and clients report the real version.
@@ -100,4 +112,7 @@ CGO_ENABLED=0 build_into "$go_modules/cni" "$cache/cni-plugins-$cni_version" \
     github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/ipam/host-local \
     github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/meta/portmap
 
+for prefetch in "${prefetches[@]}"; do
+    wait "$prefetch" || true
+done
 echo "$cache/$kube_version"

@@ -5,7 +5,8 @@
 # base image and the wheelhouse are cached under ~/.cache/batchmark/images (BATCHMARK_IMAGES_CACHE moves it).
 # Prints nothing but a summary when everything is there.
 # `--locate` installs nothing: it prints the base image and the wheelhouse (the tests' inputs), one per line,
-# and fails when either is missing.
+# and fails when either is missing. `--packages` installs only the system packages (apt, with sudo), so that
+# scripts/test can run the rest, downloads mostly, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cache="${BATCHMARK_IMAGES_CACHE:-$HOME/.cache/batchmark/images}"
@@ -35,6 +36,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -q
     $SUDO apt-get install -y -q --no-install-recommends podman mmdebstrap runc uidmap
+fi
+if [ "${1:-}" = --packages ]; then
+    exit 0
 fi
 
 # The base: Debian bookworm's minimal system with Python 3.11 and venv, as a tarball (~65 s, 225 MB) imported

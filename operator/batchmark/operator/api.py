@@ -382,6 +382,29 @@ _DEFAULTED_FIELDS = (
 )
 
 
+class RunnerIdentity(ApiModel):
+    """The user and groups benchmark pods run as (their pod securityContext). A null one is left out of the pod,
+    for the platform to assign (OpenShift's restricted policy: a UID from the namespace's range, GID 0) or, where
+    nothing assigns it, the image's own (runner image: UID and GID 10001)."""
+
+    run_as_user: int | None = Field(
+        default=contract.RUNNER_UID, ge=1, description="runAsUser; null: the platform's (or the image's user)."
+    )
+    run_as_group: int | None = Field(
+        default=contract.RUNNER_GID, ge=0, description="runAsGroup (0 as OpenShift gives); null: the platform's."
+    )
+    fs_group: int | None = Field(
+        default=contract.RUNNER_GID,
+        ge=0,
+        description="fsGroup, the group that owns the pod's volumes (a model cache's too); null: the platform's.",
+    )
+
+    def pod_fields(self) -> dict[str, int]:
+        """The pod securityContext's ID fields that are set."""
+        fields = {"runAsUser": self.run_as_user, "runAsGroup": self.run_as_group, "fsGroup": self.fs_group}
+        return {key: value for key, value in fields.items() if value is not None}
+
+
 class OperatorDefaults(ApiModel):
     """What the operator fills in where a BatchBenchmark's spec says nothing (the chart sets these)."""
 
@@ -398,6 +421,10 @@ class OperatorDefaults(ApiModel):
     model_cache: ModelCache | None = Field(default=None, description="A volume of downloaded models.")
     hf_token_secret: SecretKeySelector | None = Field(default=None, description="Secret key with an HF token.")
     queue_name: str | None = Field(default=None, description="Kueue LocalQueue the Jobs are submitted to.")
+    # Not a spec field: which user a pod runs as is the cluster's policy, set once by whoever installs the operator.
+    security_context: RunnerIdentity = Field(
+        default_factory=RunnerIdentity, description="The IDs every benchmark pod runs as; null ones are the platform's."
+    )
 
     def apply(self, spec: BatchBenchmarkSpec) -> BatchBenchmarkSpec:
         """The spec with these defaults where it sets nothing."""

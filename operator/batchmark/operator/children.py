@@ -16,6 +16,7 @@ from batchmark.operator.api import (
     KIND,
     PLURAL,
     BatchBenchmarkSpec,
+    RunnerIdentity,
 )
 from batchmark.runner.config import RunConfig
 from batchmark.runner.contract import (
@@ -28,8 +29,6 @@ from batchmark.runner.contract import (
     ENV_POD,
     ENV_TERMINATION,
     ENV_UID,
-    RUNNER_GID,
-    RUNNER_UID,
     TERMINATION_MESSAGE_PATH,
 )
 
@@ -155,8 +154,14 @@ def gpu_count(spec: BatchBenchmarkSpec) -> int:
     return count
 
 
-def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | None = None) -> dict[str, Any]:
-    """The Job that runs ``batchmark run`` on the config ConfigMap, as the runner's ServiceAccount.
+def job(
+    owner: Owner,
+    spec: BatchBenchmarkSpec,
+    workload_priority_class: str | None = None,
+    identity: RunnerIdentity = RunnerIdentity(),  # noqa: B008 (frozen: one shared instance is safe)
+) -> dict[str, Any]:
+    """The Job that runs ``batchmark run`` on the config ConfigMap, as the runner's ServiceAccount, with the IDs
+    of ``identity`` (the operator's defaults; those it leaves null, the platform assigns).
 
     With ``spec.queueName`` it is created suspended, labelled with its Kueue LocalQueue (and its
     WorkloadPriorityClass, when the caller found one): Kueue unsuspends it when it admits it."""
@@ -230,9 +235,7 @@ def job(owner: Owner, spec: BatchBenchmarkSpec, workload_priority_class: str | N
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": RUNNER_UID,
-            "runAsGroup": RUNNER_GID,
-            "fsGroup": RUNNER_GID,
+            **identity.pod_fields(),
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],

@@ -11,7 +11,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from batchmark.operator.api import PHASES
 
-RESULT_LABELS = ("namespace", "name", "model", "batch_size", "strategy", "engine")
+# One series per benchmark of a resource's status.results, told apart by its batch size, the other swept values
+# ("field=value,..."; empty without a sweep) and, with repeats, which repeat it is ("" without): as many series
+# as the run had benchmarks, which the runner's limits bound, and all gone with the resource.
+RESULT_LABELS = ("namespace", "name", "model", "batch_size", "strategy", "engine", "swept", "repeat")
+SWEPT_LABEL_LIMIT = 256
 # One series per existing BatchBenchmark: alerts route on its namespace and name.
 BENCHMARK_LABELS = ("namespace", "name")
 RECONCILE_OUTCOMES = ("success", "error", "retry")
@@ -25,6 +29,16 @@ RESULT_GAUGES = {
     "batchmark_result_ttft_p99_seconds": ("ttftP99Seconds", "p99 time to first token, seconds."),
     "batchmark_result_engine_utilization": ("engineUtilization", "Share of the window the engine was busy, 0-1."),
 }
+
+
+def swept_label(swept: object) -> str:
+    """The swept values other than the batch size (which has its own label), as the Pushgateway's push writes
+    them: "field=value,..." in the sweep's order, "" without."""
+    if not isinstance(swept, Mapping):
+        return ""
+    text = ",".join(f"{field}={value}" for field, value in swept.items() if field not in {"batch_size", "batchSize"})
+    # The status is writable by more than the runner: a label stays a label, not a document.
+    return text[:SWEPT_LABEL_LIMIT]
 
 
 class OperatorMetrics:
@@ -120,13 +134,25 @@ class OperatorMetrics:
         """One series per benchmark of the resource; replaces what it showed before."""
         backend = spec.get("backend") or {}
         model = str(backend.get("model", ""))
-        batch_size = str(backend.get("batchSize", backend.get("batch_size", "")))
+        default_batch_size = backend.get("batchSize", backend.get("batch_size", ""))
         engine = str(backend.get("engine", "vllm"))
         with self._lock:
             self._drop(namespace, name)
             series: list[tuple[str, ...]] = []
             for entry in results:
-                labels = (namespace, name, model, batch_size, str(entry.get("strategy", "")), engine)
+                swept = entry.get("swept")
+                # A termination message cut to fit keeps the swept values but may drop batchSize.
+                swept_batch_size = swept.get("batch_size") if isinstance(swept, Mapping) else None
+                labels = (
+                    namespace,
+                    name,
+                    model,
+                    str(entry.get("batchSize") or swept_batch_size or default_batch_size),
+                    str(entry.get("strategy", "")),
+                    engine,
+                    swept_label(swept),
+                    "" if entry.get("repeat") is None else str(entry.get("repeat")),
+                )
                 for gauge_name, (field, _) in RESULT_GAUGES.items():
                     value = entry.get(field)
                     if isinstance(value, int | float):

@@ -85,7 +85,8 @@ class Reconciler:
         try:
             spec = self.defaults.apply(BatchBenchmarkSpec.model_validate(body.get("spec") or {}))
             config = spec.run_config(name)
-            job = children.job(owner, spec, self._workload_priority_class(spec, namespace))
+            priority_class = self._workload_priority_class(spec, namespace)
+            job = children.job(owner, spec, priority_class, self.defaults.security_context)
         except (ValidationError, ValueError) as error:
             self.refresh(namespace, name, invalid=_describe(error))
             return

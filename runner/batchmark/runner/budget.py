@@ -75,6 +75,26 @@ def describe_point(result: BenchmarkResult) -> str:
     return f"{result.strategy} ({values})" if values else result.strategy
 
 
+def none_met_budget(highest: str, every_repeat: bool = False) -> Recommendation:
+    """The recommendation when no benchmark met the budget: none, with the fastest of those that missed it named.
+
+    ``highest`` ends the statement's last sentence, "The highest ...": the fastest benchmark and its throughput.
+    ``every_repeat``: with repeats, where a point that met the budget in some repeats only does not count.
+    """
+    qualifier = " in every repeat" if every_repeat else ""
+    return Recommendation(
+        benchmark=None,
+        strategy=None,
+        swept={},
+        output_tokens_per_second=None,
+        budget=True,
+        met_budget=False,
+        runner_up=None,
+        margin=None,
+        statement=f"No benchmark met the latency budget{qualifier}; none is recommended. The highest {highest}",
+    )
+
+
 def recommend(results: Sequence[BenchmarkResult], budget: bool) -> Recommendation | None:
     """The highest output throughput among the benchmarks that met the budget (all, without one)."""
     ran = [(index, result) for index, result in enumerate(results) if result.requests.completed > 0]
@@ -83,21 +103,10 @@ def recommend(results: Sequence[BenchmarkResult], budget: bool) -> Recommendatio
     candidates = [(index, result) for index, result in ran if not budget or (result.slo is not None and result.slo.met)]
     ranked = sorted(candidates, key=lambda pair: pair[1].throughput.output_tokens_per_second, reverse=True)
     if not ranked:
-        best_index, best = max(ran, key=lambda pair: pair[1].throughput.output_tokens_per_second)
-        return Recommendation(
-            benchmark=None,
-            strategy=None,
-            swept={},
-            output_tokens_per_second=None,
-            budget=True,
-            met_budget=False,
-            runner_up=None,
-            margin=None,
-            statement=(
-                f"No benchmark met the latency budget; none is recommended. The highest output throughput, "
-                f"{best.throughput.output_tokens_per_second:,.1f} tokens/s, was {describe_point(best)}"
-                f"{_missed(best)}."
-            ),
+        _, best = max(ran, key=lambda pair: pair[1].throughput.output_tokens_per_second)
+        return none_met_budget(
+            f"output throughput, {best.throughput.output_tokens_per_second:,.1f} tokens/s, was"
+            f" {describe_point(best)}{_missed(best)}."
         )
     best_index, best = ranked[0]
     rate = best.throughput.output_tokens_per_second

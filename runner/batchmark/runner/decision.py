@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
+from batchmark.runner.budget import none_met_budget
 from batchmark.runner.results import BenchmarkResult, Recommendation, RepeatedBenchmark
 
 SIGNIFICANCE = 0.05
@@ -71,17 +72,8 @@ def decide(
     ranked = sorted(candidates, key=lambda index: repeated[index].output_tokens_per_second.mean, reverse=True)
     if not ranked:
         best = max(repeated, key=lambda entry: entry.output_tokens_per_second.mean)
-        return Recommendation(
-            benchmark=None,
-            strategy=None,
-            swept={},
-            output_tokens_per_second=None,
-            budget=True,
-            met_budget=False,
-            runner_up=None,
-            margin=None,
-            statement=f"No benchmark met the latency budget in every repeat; none is recommended. The highest mean"
-            f" output throughput was {describe(best)} at {_rate(best)}.{partial}",
+        return none_met_budget(
+            f"mean output throughput was {describe(best)} at {_rate(best)}.{partial}", every_repeat=True
         )
     fastest = ranked[0]
     among = "among those that met the latency budget in every repeat" if budget else "(no latency budget given)"

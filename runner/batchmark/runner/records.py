@@ -143,12 +143,29 @@ _BLOCK_BYTES = 1 << 20
 _PARQUET_BATCH_ROWS = 1024
 
 
+def _line_blocks(path: Path) -> Iterator[bytes]:
+    """The file in blocks of whole lines, about _BLOCK_BYTES each (a longer line makes a longer block)."""
+    with path.open("rb") as file:
+        rest = b""
+        while chunk := file.read(_BLOCK_BYTES):
+            block = rest + chunk
+            end = block.rfind(b"\n") + 1
+            if end:
+                yield block[:end]
+            rest = block[end:]
+        if rest.strip():
+            yield rest
+
+
 def _jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
+    """One block of lines at a time through pyarrow's JSON parser, on this thread. pyarrow's own streaming reader
+    (open_json) reads blocks ahead on its threads and costs +50 MB more over the first ten blocks of a JSONL (the
+    seeded shuffle's 10000 records of 1 KiB), benchmarks/notes/data-memory.md."""
     import pyarrow.json  # noqa: PLC0415 - only runs on data need it
 
-    reader = pyarrow.json.open_json(path, read_options=pyarrow.json.ReadOptions(block_size=_BLOCK_BYTES))
-    for batch in reader:
-        yield from batch.to_pylist()
+    for block in _line_blocks(path):
+        options = pyarrow.json.ReadOptions(use_threads=False, block_size=len(block) + 1)
+        yield from pyarrow.json.read_json(pyarrow.py_buffer(block), read_options=options).to_pylist()
 
 
 def _csv_records(path: Path) -> Iterator[dict[str, Any]]:

@@ -188,7 +188,11 @@ def defaults_file(documents: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
-    assert defaults_file(render()) == {"image": "batchmark-runner:0.1.0", "imagePullPolicy": "IfNotPresent"}
+    assert defaults_file(render()) == {
+        "image": "batchmark-runner:0.1.0",
+        "imagePullPolicy": "IfNotPresent",
+        "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+    }
     custom = defaults_file(render([VALUES / "custom-images.yaml"]))
     OperatorDefaults.model_validate(custom)  # what the operator reads with --defaults (unknown keys refused)
     OperatorDefaults.model_validate(defaults_file(render()))
@@ -203,6 +207,7 @@ def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
         "modelCache": {"claimName": "hf-cache", "mountPath": "/cache/huggingface"},
         "hfTokenSecret": {"name": "hf-token", "key": "HF_TOKEN"},
         "queueName": "gpu-queue",
+        "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
     }
 
 
@@ -271,6 +276,37 @@ def test_openshift_values_leave_the_ids_to_the_platform() -> None:
         assert context["runAsNonRoot"] is True
     (deployment,) = find(render([VALUES / "openshift.yaml"]), "Deployment")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
+
+
+def test_benchmark_pods_ids_left_to_the_platform_or_an_arbitrary_uid_with_gid_0(tmp_path: Path) -> None:
+    spec = BatchBenchmarkSpec.model_validate(
+        {
+            "backend": {"model": "Qwen/Qwen3-0.6B"},
+            "data": {"promptTokens": 16, "outputTokens": 8},
+            "profile": {"kind": "throughput"},
+            "constraints": [{"kind": "max_requests", "count": 10}],
+        }
+    )
+
+    def pod_security(documents: list[dict[str, Any]]) -> dict[str, Any]:
+        path = tmp_path / "defaults.yaml"
+        path.write_text(yaml.safe_dump(defaults_file(documents)))
+        defaults = load_defaults(path)  # as the operator reads its --defaults file
+        owner = children.Owner("team", "ids", "uid-1")
+        job = children.job(owner, defaults.apply(spec), None, defaults.security_context)
+        context: dict[str, Any] = job["spec"]["template"]["spec"]["securityContext"]
+        return context
+
+    fixed = pod_security(render())
+    assert {key: fixed[key] for key in ("runAsUser", "runAsGroup", "fsGroup")} == dict.fromkeys(
+        ("runAsUser", "runAsGroup", "fsGroup"), 10001
+    )
+    platform = pod_security(render([VALUES / "openshift.yaml"]))
+    assert not {"runAsUser", "runAsGroup", "fsGroup"} & platform.keys(), platform
+    assert platform["runAsNonRoot"] is True
+    sets = ["benchmarkDefaults.securityContext.runAsUser=1234567", "benchmarkDefaults.securityContext.runAsGroup=0"]
+    arbitrary = pod_security(render(sets=[*sets, "benchmarkDefaults.securityContext.fsGroup=null"]))
+    assert (arbitrary["runAsUser"], arbitrary["runAsGroup"], "fsGroup" in arbitrary) == (1234567, 0, False)
 
 
 def test_alerts_need_a_job_that_scrapes_the_operator() -> None:

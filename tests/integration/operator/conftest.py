@@ -87,11 +87,14 @@ class OperatorProcess:
     process: subprocess.Popen[bytes] | None = None
     kubeconfig: Path | None = None  # default: the cluster's admin
     namespaces: tuple[str, ...] = ()  # --namespace, each; none: all namespaces
+    defaults: Path | None = None  # --defaults FILE, as the chart renders it
 
     def start(self) -> None:
         command = [sys.executable, "-m", "batchmark.runner.cli", "operator"]
         command += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         command += ["--health-address", "127.0.0.1", "--health-port", str(self.health_port)]
+        if self.defaults is not None:
+            command += ["--defaults", str(self.defaults)]
         for namespace in self.namespaces:
             command += ["--namespace", namespace]
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig or self.cluster.kubeconfig)}
@@ -196,6 +199,30 @@ def operator_with_only_its_rbac(
         restricted.stop()
         session_operator.start()
         cluster.kubectl("delete", "clusterrole,clusterrolebinding", role, check=False)
+
+
+@contextmanager
+def operator_with_defaults(
+    cluster: KubeCluster, namespace: str, directory: Path, defaults: dict[str, Any], session_operator: OperatorProcess
+) -> Iterator[OperatorProcess]:
+    """An operator watching only ``namespace`` of ``cluster`` with ``defaults`` as its --defaults file. Where the
+    session's operator (all namespaces) runs on the same cluster, it would create the benchmarks' Jobs too: it
+    is stopped meanwhile and started again afterwards."""
+    with_the_crd(cluster)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "defaults.yaml"
+    path.write_text(yaml.safe_dump(defaults), encoding="utf-8")
+    sharing = session_operator.cluster is cluster
+    if sharing:
+        session_operator.stop()
+    operator = OperatorProcess(cluster, directory / "operator.log", namespaces=(namespace,), defaults=path)
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        if sharing:
+            session_operator.start()
 
 
 @dataclass

@@ -230,6 +230,7 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
             *("--profile", "kind=concurrent,streams=4", "--constraint", "kind=max_requests,count=30"),
             # What a laptop run adds; the manifest must carry it into the pod, not drop it.
             *("--sweep", "batch_size=2,4", "--slo", "request_latency_p99=60", "--gpu-cost-per-hour", "2"),
+            *("--repeats", "2"),
         ],
         capture_output=True,
         text=True,
@@ -241,10 +242,27 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
     found = wait_for_phase(cluster, kube_namespace, "from-manifest", {"Succeeded", "Failed"})
     assert found["status"]["phase"] == "Succeeded", found["status"]
     results = found["status"]["results"]
-    assert [entry["requests"]["completed"] for entry in results] == [30, 30]  # one benchmark per sweep point
-    assert [entry["swept"] for entry in results] == [{"batch_size": 2}, {"batch_size": 4}]
+    # One benchmark per sweep point and repeat: the first round in the sweep's order.
+    assert [entry["requests"]["completed"] for entry in results] == [30, 30, 30, 30]
+    assert [entry["swept"] for entry in results[:2]] == [{"batch_size": 2}, {"batch_size": 4}]
+    assert sorted((entry["batchSize"], entry["repeat"]) for entry in results) == [(2, 0), (2, 1), (4, 0), (4, 1)]
     assert all(entry["sloMet"] is True for entry in results)  # a 60 s budget, on a simulated engine
     assert all(entry["costPerMillionOutputTokens"] > 0 for entry in results)
+    # The operator's result gauges keep the points and repeats apart, each with its own figure.
+    expected = {(str(entry["batchSize"]), str(entry["repeat"])): entry["outputTokensPerSecond"] for entry in results}
+
+    def exported() -> dict[tuple[str, str], float]:
+        return {
+            (sample.labels["batch_size"], sample.labels["repeat"]): sample.value
+            for family in text_string_to_metric_families(batchmark_operator.metrics())
+            for sample in family.samples
+            if sample.name == "batchmark_result_output_tokens_per_second"
+            and sample.labels["namespace"] == kube_namespace
+            and sample.labels["name"] == "from-manifest"
+        }
+
+    # The status is patched before the gauges are set, in the same reconcile.
+    wait_for("the operator's result gauges", lambda: exported() == expected, 30)
 
 
 def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(

@@ -390,16 +390,6 @@ def test_run_refuses_bad_input(
     assert set(children(os.getpid())) - children_before == set()  # no engine was started
 
 
-@pytest.mark.skipif(vllm_engine_arg_names() is None, reason="vLLM's source is not installed here")
-def test_vllm_config_names_are_vllm_engine_args_with_a_suggestion(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert cli(run_args(backend(**{"vllm_config.gpu_memory_utilisation": 0.5}))) == 2
-    message = " ".join(capsys.readouterr().err.split())
-    assert "vllm_config.gpu_memory_utilisation: not an argument of vLLM's engine" in message
-    assert "did you mean gpu_memory_utilization" in message
-
-
 def test_the_program_refuses_bad_input_from_the_outside(tmp_path: Path) -> None:
     output = tmp_path / "r.json"
     outcome = batchmark(tmp_path, run_args(backend(**{"vllm_config.max_num_seqs": 0}), outputs=[output]))

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -168,10 +169,12 @@ class RunningBatchmark:
         return json.loads(self.report_path.read_text()) if self.report_path.exists() else None
 
 
-def _model_dir(python: Path) -> Path:
-    # Keyed by the builder's source: a change to it builds a new model instead of reusing a stale one.
+def _model_dir() -> Path:
+    # Per machine, so a fresh clone reuses it (BATCHMARK_MODELS_CACHE moves it). Keyed by the builder's source: a
+    # change to it builds a new model instead of reusing a stale one.
+    cache = Path(os.environ.get("BATCHMARK_MODELS_CACHE", Path.home() / ".cache" / "batchmark" / "models"))
     digest = hashlib.sha256(MAKE_MODEL.read_bytes()).hexdigest()[:12]
-    return python.parent.parent / "models" / f"tiny-llama-h{HIDDEN_SIZE}-{digest}"
+    return cache / f"tiny-llama-h{HIDDEN_SIZE}-{digest}"
 
 
 @pytest.fixture(scope="session")
@@ -190,9 +193,11 @@ def vllm_setup() -> VllmSetup:
     if probe.returncode != 0:
         tail = probe.stderr.strip().splitlines()[-1:] or ["no output"]
         pytest.skip(f"vLLM cannot be imported with {python}: {tail[0]}")
-    model = _model_dir(python)
+    model = _model_dir()
     if not (model / "model.safetensors").exists():
-        building = model.with_name(model.name + ".tmp")
+        # A folder of this process's own: two test sessions may build it at once, and the first rename wins.
+        building = model.with_name(f"{model.name}.{os.getpid()}.tmp")
+        shutil.rmtree(building, ignore_errors=True)
         made = subprocess.run(
             [str(python), str(MAKE_MODEL), str(building), "--hidden-size", str(HIDDEN_SIZE)],
             env=vllm_env(),
@@ -202,7 +207,10 @@ def vllm_setup() -> VllmSetup:
             check=False,
         )
         assert made.returncode == 0, f"building the tiny model failed:\n{made.stderr[-3000:]}"
-        building.rename(model)
+        try:
+            building.rename(model)
+        except OSError:  # another session's build got there first; same source, same model
+            shutil.rmtree(building, ignore_errors=True)
     return VllmSetup(python=python, model=model)
 
 

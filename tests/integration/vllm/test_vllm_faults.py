@@ -51,15 +51,20 @@ def test_the_real_engine_dying_mid_run_keeps_what_completed(vllm_setup: VllmSetu
     assert benchmark["requests"]["completed"] > 0
 
 
-def test_vllm_config_is_checked_against_the_installed_engine_args(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+# The names come from the installed vLLM's source, so this runs where vLLM is: the project's own venv has none.
+@pytest.mark.parametrize(
+    ("typo", "meant", "value"),
+    [("max_num_seq", "max_num_seqs", 8), ("gpu_memory_utilisation", "gpu_memory_utilization", 0.5)],
+)
+def test_vllm_config_is_checked_against_the_installed_engine_args(
+    vllm_setup: VllmSetup, tmp_path: Path, typo: str, meant: str, value: float
+) -> None:
     output = tmp_path / "r.json"
-    path = config(vllm_setup, tmp_path, [output], vllm_config=vllm_setup.vllm_config(max_num_seq=8))
+    path = config(vllm_setup, tmp_path, [output], vllm_config=vllm_setup.vllm_config(**{typo: value}))
     program = Program(tmp_path, ["run", "--quiet", "--config", str(path)], vllm_env(), vllm_setup.python)
     outcome = program.finish(timeout=120)
     assert outcome.code == 2, outcome.stderr
     assert_clean(outcome)
-    assert "--backend: vllm_config.max_num_seq: not an argument of vLLM's engine; did you mean max_num_seqs" in (
-        outcome.message
-    )
+    assert f"--backend: vllm_config.{typo}: not an argument of vLLM's engine; did you mean {meant}" in outcome.message
     assert not output.exists()
     assert "loaded" not in outcome.stderr  # refused before any engine started

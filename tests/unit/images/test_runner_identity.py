@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
+from pydantic import ValidationError
 
 from batchmark.operator import children
-from batchmark.operator.api import BatchBenchmarkSpec
+from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults, RunnerIdentity
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,3 +43,30 @@ def test_the_chart_runs_its_pods_as_the_image_user() -> None:
     values = yaml.safe_load((ROOT / "charts" / "batchmark" / "values.yaml").read_text())
     expected = {"runAsUser": RUNNER_UID, "runAsGroup": RUNNER_GID, "fsGroup": RUNNER_GID}
     assert values["operator"]["securityContext"] == expected
+    assert values["benchmarkDefaults"]["securityContext"] == expected
+
+
+def job_security(identity: RunnerIdentity) -> dict[str, object]:
+    example = yaml.safe_load((ROOT / "examples" / "simulated-throughput.yaml").read_text())
+    spec = BatchBenchmarkSpec.model_validate(example["spec"])
+    job = children.job(children.Owner("ns", "qwen3", "uid-1"), spec, None, identity)
+    security: dict[str, object] = job["spec"]["template"]["spec"]["securityContext"]
+    return security
+
+
+def test_the_operators_defaults_give_benchmark_pods_an_arbitrary_uid_with_gid_0() -> None:
+    defaults = OperatorDefaults.model_validate({"securityContext": {"runAsUser": 1234567, "runAsGroup": 0}})
+    security = job_security(defaults.security_context)
+    assert (security["runAsUser"], security["runAsGroup"], security["fsGroup"]) == (1234567, 0, RUNNER_GID)
+    assert security["runAsNonRoot"] is True
+
+
+def test_null_ids_are_left_to_the_platform() -> None:
+    nulls = {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
+    security = job_security(OperatorDefaults.model_validate({"securityContext": nulls}).security_context)
+    assert security == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_root_is_refused_as_the_runners_user() -> None:
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        OperatorDefaults.model_validate({"securityContext": {"runAsUser": 0}})

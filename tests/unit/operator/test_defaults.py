@@ -39,6 +39,9 @@ def test_a_defaults_file_reads_as_the_chart_writes_it(tmp_path: Path) -> None:
     [
         ("imagePullPolicy: Sometimes\n", "imagePullPolicy"),
         ("bogus: 1\n", "bogus: unknown key"),
+        ("securityContext:\n  runAsUser: 0\n", "securityContext.runAsUser: Input should be greater than or equal to 1"),
+        ("securityContext:\n  runAsGroup: -1\n", "securityContext.runAsGroup"),
+        ("securityContext:\n  runAsUsr: 5\n", "securityContext.runAsUsr: unknown key"),
         ("[1, 2", "not YAML"),
     ],
 )

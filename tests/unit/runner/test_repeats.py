@@ -14,7 +14,7 @@ import pytest
 from batchmark.runner.aggregator import Aggregator, Window
 from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.benchmark import visit_order
-from batchmark.runner.budget import RequestBudget
+from batchmark.runner.budget import RequestBudget, recommend
 from batchmark.runner.decision import decide, welch_p_value
 from batchmark.runner.engines.base import Completion, EngineTimings
 from batchmark.runner.engines.simulated import SamplingParams, SimulatedLLM, TokensPrompt
@@ -183,6 +183,25 @@ def test_a_point_meeting_the_budget_in_some_repeats_only_is_not_met() -> None:
     assert chosen.swept == {"batch_size": 2}
     assert "met the latency budget in 2 of 3 repeats only, so it is not counted as meeting it" in chosen.statement
     assert chosen.certainty is None  # the only candidate
+
+
+def test_no_point_met_in_every_repeat_is_the_same_recommendation_as_a_single_runs() -> None:
+    results = [
+        result(200.0, 0, 0, met=True),
+        result(100.0, 1, 0, met=False),
+        result(210.0, 0, 1, met=False),
+        result(101.0, 1, 1, met=False),
+    ]
+    chosen = decide(repeated_benchmarks(results, {"request_latency_p99": 5.0}), results, True, "request_latency_p99")
+    single = recommend(results[1:], budget=True)  # on its own, each of these missed the budget
+    assert chosen is not None
+    assert single is not None
+    # Built by one builder: the same fields, only the statement's sentence after "none is recommended." differs.
+    assert chosen.model_dump(exclude={"statement"}) == single.model_dump(exclude={"statement"})
+    assert (chosen.benchmark, chosen.met_budget, chosen.budget, chosen.certainty) == (None, False, True, None)
+    assert chosen.statement.startswith("No benchmark met the latency budget in every repeat; none is recommended.")
+    assert "The highest mean output throughput was throughputx4 (batch_size=1) at 205.0 tokens/s" in chosen.statement
+    assert "met the latency budget in 1 of 2 repeats only" in chosen.statement
 
 
 def test_welch_without_spread_and_with_one_repeat() -> None:

@@ -1,0 +1,147 @@
+"""`spec.modelCache.claimName` on real kubelets over containerd (tests/cluster, runtime="containers"): a
+PersistentVolumeClaim bound to a local PersistentVolume on the GPU node is the benchmark pod's Hugging Face cache,
+made writable for the runner's user by the pod's fsGroup, as on a cluster whose volumes are provisioned by root."""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from batchmark.operator.children import RUNNER_CONTAINER
+from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
+from tests.cluster import images
+from tests.cluster.fixtures import KubeCluster
+from tests.integration.cluster.test_containers_runtime import pod_of
+from tests.integration.operator.conftest import (
+    OperatorProcess,
+    example,
+    kubectl_apply,
+    operator_with_defaults,
+    wait_for_phase,
+)
+from tests.polling import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
+
+MOUNT_PATH = "/models"
+# A model as an earlier run left it in the cache (huggingface_hub's layout), owned by root as a copy onto the
+# volume by an admin would leave it.
+SEEDED = Path("hub") / "models--Qwen--Qwen3-0.6B" / "refs" / "main"
+
+
+@pytest.fixture
+def cache_operator(
+    container_cluster: KubeCluster, container_namespace: str, batchmark_operator: OperatorProcess, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator with the chart's default identity for benchmark pods (UID, GID and fsGroup 10001)."""
+    defaults = {"image": images.TAGS["runner"]}
+    with operator_with_defaults(
+        container_cluster, container_namespace, tmp_path / "operator", defaults, batchmark_operator
+    ) as operator:
+        yield operator
+
+
+@pytest.fixture
+def model_cache_claim(container_cluster: KubeCluster, container_namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """The PersistentVolumeClaim `model-cache`, bound to a local PersistentVolume on gpu-node-0 whose folder on
+    this machine (the node's disk) is yielded: root's, mode 0755, as a static provisioner makes it."""
+    folder = tmp_path / "model-cache"
+    (folder / SEEDED).parent.mkdir(parents=True)
+    (folder / SEEDED).write_text("0123456789abcdef")
+    folder.chmod(0o755)
+    volume = f"model-cache-{uuid.uuid4().hex[:8]}"  # cluster-scoped: a name no other test takes
+    # No StorageClass object: a PersistentVolume and a claim of the same class name are bound at once.
+    storage_class = volume
+    node = "gpu-node-0"
+    persistent_volume: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": volume},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": storage_class,
+            "local": {"path": str(folder)},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+                    ]
+                }
+            },
+        },
+    }
+    claim: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "model-cache"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    cluster, namespace = container_cluster, container_namespace
+    applied = kubectl_apply(cluster, namespace, yaml.safe_dump_all([persistent_volume, claim]))
+    assert applied.returncode == 0, applied.stderr
+    try:
+        cluster.wait("--for=jsonpath={.status.phase}=Bound", "pvc/model-cache", "-n", namespace, timeout_seconds=60)
+        yield folder
+    finally:
+        # The claim's protection finalizer holds it while a pod uses it: the benchmark (Job, pod) goes first.
+        cluster.kubectl("delete", "bb", "--all", "-n", namespace, "--wait", "--timeout=120s", check=False)
+        cluster.kubectl("delete", "pvc", "model-cache", "-n", namespace, "--wait", "--timeout=60s", check=False)
+        cluster.kubectl("delete", "pv", volume, "--wait", "--timeout=60s", check=False)
+
+
+def test_the_model_cache_claim_is_the_pods_hugging_face_cache_written_by_its_user(
+    cache_operator: OperatorProcess, model_cache_claim: Path, container_namespace: str
+) -> None:
+    cluster, namespace, name, folder = cache_operator.cluster, container_namespace, "cached", model_cache_claim
+    manifest = example("simulated-throughput.yaml", name=name)
+    del manifest["spec"]["metrics"]
+    manifest["spec"]["modelCache"] = {"claimName": "model-cache", "mountPath": MOUNT_PATH}
+    # Long enough to look at it while it runs.
+    manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
+    manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 20}]
+    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+    assert applied.returncode == 0, applied.stderr
+    wait_for_phase(cluster, namespace, name, {"Running"}, timeout_seconds=120)
+    pod = wait_for("the benchmark's pod", lambda: pod_of(cluster, namespace, name), 30)
+    assert pod.spec.node_name == "gpu-node-0"  # where the volume is
+
+    # In the pod, as its user: HF_HOME is the claim, the model cached earlier is there, and new files go there.
+    script = (
+        'set -e; echo "$HF_HOME"; cat "$HF_HOME/hub/models--Qwen--Qwen3-0.6B/refs/main"; echo;'
+        ' mkdir -p "$HF_HOME/hub/.locks/models--Qwen--Qwen3-0.6B" "$HF_HOME/datasets";'
+        ' echo "$(id -u)" > "$HF_HOME/hub/written-by-the-run"; echo written'
+    )
+    ran = cluster.kubectl(
+        "exec", "-n", namespace, pod.metadata.name, "-c", RUNNER_CONTAINER, "--", "sh", "-c", script, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == [MOUNT_PATH, "0123456789abcdef", "written"]
+
+    found = wait_for_phase(cluster, namespace, name, {"Succeeded", "Failed"}, timeout_seconds=180)
+    assert found["status"]["phase"] == "Succeeded", found["status"]
+    assert found["status"]["results"][0]["requests"]["completed"] > 0
+
+    # On the node's disk: written by the runner's user, in the group the kubelet gave the volume (fsGroup), which
+    # also made the folder root had made group-writable.
+    written = folder / "hub" / "written-by-the-run"
+    assert written.read_text().strip() == str(RUNNER_UID)
+    assert (written.stat().st_uid, written.stat().st_gid) == (RUNNER_UID, RUNNER_GID)
+    assert (folder / "hub" / ".locks" / "models--Qwen--Qwen3-0.6B").is_dir()
+    assert (folder / "datasets").is_dir()
+    assert folder.stat().st_uid == 0
+    assert folder.stat().st_gid == RUNNER_GID
+    assert folder.stat().st_mode & stat.S_IWGRP
+    assert os.stat(folder / SEEDED).st_gid == RUNNER_GID
