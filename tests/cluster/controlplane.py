@@ -582,7 +582,7 @@ class ControlPlane:
         """A containerd and a kubelet per node; each node, once its kubelet registered it, gets the fake GPUs'
         capacity (a node status patch, as Kubernetes documents for extended resources), and its taints (the
         not-ready one, which the node lifecycle controller lifts, is off here)."""
-        from tests.cluster.kubelets import KubeletNode, start_cluster_dns
+        from tests.cluster.kubelets import KubeletNode, node_directory, start_cluster_dns
 
         assert self._network is not None
         binaries = locate_runtime_binaries()
@@ -598,7 +598,7 @@ class ControlPlane:
             node = KubeletNode(
                 name=name,
                 index=index,
-                directory=self.run_directory / "nodes" / name,
+                directory=node_directory(self.run_directory, self._network, name),
                 network=self._network,
                 binaries=binaries,
                 labels=labels,

@@ -325,6 +325,27 @@ def _unmount_below(directory: Path) -> None:
         _run(["umount", "-l", mount_point], check=False)
 
 
+# Unix socket paths are limited to 108 bytes, and containerd and the kubelet put their sockets several folders
+# deep below a node's folder: a node's folder lives here, under a short name, whatever the run's folder is.
+NODES_ROOT = Path("/var/lib/batchmark-nodes")
+
+
+def node_directory(run_directory: Path, network: PodNetwork, name: str) -> Path:
+    """The node's folder: NODES_ROOT/<bridge>-<name> (the bridge is the live cluster's own), reached from the
+    run's folder as nodes/<name> (a link). What an earlier cluster that crashed left there is removed first."""
+    directory = NODES_ROOT / f"{network.bridge}-{name}"
+    if directory.exists():
+        _unmount_below(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    link = run_directory / "nodes" / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(directory, target_is_directory=True)
+    return directory
+
+
 @dataclass
 class KubeletNode:
     """One node: its containerd and its kubelet, every file of them under `directory`."""
@@ -572,7 +593,10 @@ def stop_nodes(run_directory: Path, pid_directory: Path, binaries: RuntimeBinari
         if binaries is not None and socket.exists():
             crictl: list[str | Path] = [binaries.crictl, "--runtime-endpoint", f"unix://{socket}", "--timeout", "20s"]
             _run([*crictl, "rmp", "--all", "--force"], check=False, timeout=120)
-        _clean_up_node(node_record.parent, node["cgroup"])
+        _clean_up_node(node_record.parent.resolve(), node["cgroup"])
+        if node_record.parent.is_symlink():  # a folder under NODES_ROOT: nothing in it outlives the node
+            shutil.rmtree(node_record.parent.resolve(), ignore_errors=True)
+            node_record.parent.unlink()
     network = recorded_pod_network(run_directory)
     if network is not None:
         _remove_cgroup(f"{CGROUP_PARENT}/{network.bridge}")

@@ -25,6 +25,7 @@ from batchmark.runner.results import RunReport
 from batchmark.runner.statuswriter import read_report_config_map
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
+from tests.cluster.volumes import bind_local_volume, release_local_volume
 from tests.integration.operator.conftest import CRD_PATH, OperatorProcess, example, kubectl_apply, wait_for_phase
 from tests.integration.runner.test_data_hub_cache import REPOSITORY, TRAIN, fill_hub_cache
 from tests.polling import wait_for
@@ -70,64 +71,9 @@ def hand_to_the_runner(folder: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def local_volume_claim(cluster: KubeCluster, namespace: str, claim: str, folder: Path) -> None:
-    """A local PersistentVolume on `folder` (any node: they share this machine) and the claim bound to it."""
-    volume = f"{namespace}-{claim}"  # cluster-wide: unique per test namespace
-    storage_class = f"batchmark-test-{volume}"  # no StorageClass object: the volume binds only to this claim
-    persistent_volume = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": volume},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": storage_class,
-            "claimRef": {"namespace": namespace, "name": claim},
-            "local": {"path": str(folder)},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": "kubernetes.io/hostname",
-                                    "operator": "In",
-                                    "values": list(cluster.node_names),
-                                }
-                            ]
-                        }
-                    ]
-                }
-            },
-        },
-    }
-    claim_object = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage_class,
-            "volumeName": volume,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
-    for manifest in (persistent_volume, claim_object):
-        applied = kubectl_apply(cluster, namespace, json.dumps(manifest))
-        assert applied.returncode == 0, applied.stderr
-    cluster.wait("--for=jsonpath={.status.phase}=Bound", f"pvc/{claim}", "-n", namespace, timeout_seconds=60)
-
-
-def delete_volume(cluster: KubeCluster, namespace: str, claim: str) -> None:
-    cluster.kubectl("delete", "pvc", claim, "-n", namespace, "--wait=false", check=False)
-    cluster.kubectl("delete", "pv", f"{namespace}-{claim}", "--wait=false", check=False)
-
-
 def in_the_runner_image(name: str, data: dict[str, Any], **spec: Any) -> dict[str, Any]:
     manifest = example("simulated-throughput.yaml", name=name)
     manifest["spec"]["image"] = images.TAGS["runner"]
-    del manifest["spec"]["metrics"]
     manifest["spec"]["backend"]["simulation"] = {"timeScale": 0.0}
     manifest["spec"]["data"] = data
     manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 30}]
@@ -166,13 +112,13 @@ def test_prompts_from_a_persistent_volume_claim_run_as_on_a_laptop(
     (host_folder / DATA_PATH).parent.mkdir(parents=True)
     (host_folder / DATA_PATH).write_text(JSONL, encoding="utf-8")
     hand_to_the_runner(host_folder)
-    local_volume_claim(cluster, namespace, claim, host_folder)
+    bind_local_volume(cluster, namespace, claim, host_folder)
     try:
         data = {"kind": "file", "path": DATA_PATH, "shuffle": True, "seed": 11, "samples": 25}
         volume = {"claimName": claim, "mountPath": "/corpus"}
         in_pod = run_in_the_cluster(cluster, namespace, in_the_runner_image("from-a-claim", data, dataVolume=volume))
     finally:
-        delete_volume(cluster, namespace, claim)
+        release_local_volume(cluster, namespace, claim)
     assert in_pod.data is not None
     assert in_pod.data.kind == "file"
     assert in_pod.data.source == DATA_PATH
@@ -199,7 +145,7 @@ def test_a_hub_dataset_from_the_model_cache_is_read_offline(
     cluster, namespace, claim = operator.cluster, container_namespace, "hub-cache"
     fill_hub_cache(host_folder, tmp_path / "downloaded")
     hand_to_the_runner(host_folder)  # the datasets library writes its lock files beside the cache
-    local_volume_claim(cluster, namespace, claim, host_folder)
+    bind_local_volume(cluster, namespace, claim, host_folder)
     try:
         data = {"kind": "dataset", "path": REPOSITORY, "config": "default", "promptColumn": "question"}
         data["outputTokensCountColumn"] = "answer_tokens"
@@ -211,7 +157,7 @@ def test_a_hub_dataset_from_the_model_cache_is_read_offline(
         )
         in_pod = run_in_the_cluster(cluster, namespace, manifest)
     finally:
-        delete_volume(cluster, namespace, claim)
+        release_local_volume(cluster, namespace, claim)
     assert in_pod.data is not None
     assert (in_pod.data.kind, in_pod.data.source, in_pod.data.samples) == ("dataset", REPOSITORY, len(TRAIN))
     assert in_pod.data.output_lengths_from == "column 'answer_tokens'"

@@ -139,7 +139,6 @@ def test_the_operators_job_runs_under_an_arbitrary_uid_with_gid_0_and_writes_hom
 ) -> None:
     cluster, namespace, name = arbitrary_uid_operator.cluster, container_namespace, "arbitrary-uid"
     manifest = example("simulated-throughput.yaml", name=name)
-    del manifest["spec"]["metrics"]
     # Long enough to look at it while it runs.
     manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
     manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 20}]
@@ -192,7 +191,6 @@ def test_with_the_ids_left_to_the_platform_the_runner_runs_as_the_uid_admission_
 ) -> None:
     cluster, namespace, name = platform_ids_operator.cluster, container_namespace, "platform-uid"
     manifest = example("simulated-throughput.yaml", name=name)
-    del manifest["spec"]["metrics"]
     manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
     manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 20}]
     applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import stat
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -18,6 +16,7 @@ from batchmark.operator.children import RUNNER_CONTAINER
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
+from tests.cluster.volumes import bind_local_volume, release_local_volume
 from tests.integration.cluster.test_containers_runtime import pod_of
 from tests.integration.operator.conftest import (
     OperatorProcess,
@@ -56,50 +55,14 @@ def model_cache_claim(container_cluster: KubeCluster, container_namespace: str, 
     (folder / SEEDED).parent.mkdir(parents=True)
     (folder / SEEDED).write_text("0123456789abcdef")
     folder.chmod(0o755)
-    volume = f"model-cache-{uuid.uuid4().hex[:8]}"  # cluster-scoped: a name no other test takes
-    # No StorageClass object: a PersistentVolume and a claim of the same class name are bound at once.
-    storage_class = volume
-    node = "gpu-node-0"
-    persistent_volume: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": volume},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": storage_class,
-            "local": {"path": str(folder)},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
-                    ]
-                }
-            },
-        },
-    }
-    claim: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "model-cache"},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage_class,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
     cluster, namespace = container_cluster, container_namespace
-    applied = kubectl_apply(cluster, namespace, yaml.safe_dump_all([persistent_volume, claim]))
-    assert applied.returncode == 0, applied.stderr
+    bind_local_volume(cluster, namespace, "model-cache", folder, nodes=["gpu-node-0"])
     try:
-        cluster.wait("--for=jsonpath={.status.phase}=Bound", "pvc/model-cache", "-n", namespace, timeout_seconds=60)
         yield folder
     finally:
         # The claim's protection finalizer holds it while a pod uses it: the benchmark (Job, pod) goes first.
         cluster.kubectl("delete", "bb", "--all", "-n", namespace, "--wait", "--timeout=120s", check=False)
-        cluster.kubectl("delete", "pvc", "model-cache", "-n", namespace, "--wait", "--timeout=60s", check=False)
-        cluster.kubectl("delete", "pv", volume, "--wait", "--timeout=60s", check=False)
+        release_local_volume(cluster, namespace, "model-cache", wait=True)
 
 
 def test_the_model_cache_claim_is_the_pods_hugging_face_cache_written_by_its_user(
@@ -107,7 +70,6 @@ def test_the_model_cache_claim_is_the_pods_hugging_face_cache_written_by_its_use
 ) -> None:
     cluster, namespace, name, folder = cache_operator.cluster, container_namespace, "cached", model_cache_claim
     manifest = example("simulated-throughput.yaml", name=name)
-    del manifest["spec"]["metrics"]
     manifest["spec"]["modelCache"] = {"claimName": "model-cache", "mountPath": MOUNT_PATH}
     # Long enough to look at it while it runs.
     manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
