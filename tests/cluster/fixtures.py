@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -25,7 +26,7 @@ from tests.cluster.controlplane import (
 from tests.cluster.kueue import Kueue, locate_kueue
 
 # What tests see: the control plane, with `kubeconfig`, `server`, `api_client()`, `kubectl()`, `helm()`,
-# `start_node_agent()`, `stop_node_agent()` and `node_names`.
+# `load_images()` and `node_names`.
 KubeCluster = ControlPlane
 
 
@@ -43,12 +44,66 @@ def required_binaries() -> Binaries:
         _skip_or_fail(error)
 
 
+def required_runtime() -> None:
+    """The containers runtime's binaries; without them the calling test is skipped (fails in CI)."""
+    try:
+        locate_runtime_binaries()
+    except ClusterBinariesMissingError as error:
+        _skip_or_fail(error)
+
+
+def built_image(target: str) -> Path:
+    """The Dockerfile's `target` built (seconds when the tree is unchanged) and saved as an archive; without
+    podman or the build's inputs the calling test is skipped (fails in CI)."""
+    try:
+        return images.saved_archive(images.build(target))
+    except images.ImageBuildError as error:
+        _skip_or_fail(ClusterBinariesMissingError(str(error)))
+
+
+def load_project_image(cluster: KubeCluster, target: str) -> str:
+    """Build `target` (operator or runner) and put it on every node of `cluster`, also under the names the
+    chart and the operator use by default (images.default_names), so that no test needs to name it; its tag."""
+    cluster.load_images([built_image(target)], {images.TAGS[target]: images.default_names(target)})
+    return images.TAGS[target]
+
+
+def start_container_cluster(
+    run_directory: Path,
+    gpu_node_names: tuple[str, ...] = ("gpu-node-0", "gpu-node-1"),
+    cpu_node_names: tuple[str, ...] = ("cpu-node-0",),
+) -> KubeCluster:
+    """A started control plane whose nodes are real kubelets over containerd, holding the runner image."""
+    binaries = required_binaries()
+    required_runtime()
+    runner = built_image("runner")
+    control_plane = ControlPlane(run_directory, binaries, gpu_node_names, cpu_node_names, runtime="containers")
+    try:
+        control_plane.start()
+        control_plane.load_images([runner], {images.TAGS["runner"]: images.default_names("runner")})
+    except BaseException:
+        control_plane.stop()
+        raise
+    return control_plane
+
+
 @pytest.fixture(scope="session")
 def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    """One control plane for the whole session, with fake GPU nodes and the node agent running."""
-    binaries = required_binaries()
+    """One control plane for the whole session: real kubelets over containerd as its nodes (gpu-node-0 and
+    gpu-node-1 with fake GPUs, cpu-node-0), holding the runner image built from the Dockerfile under its test tag
+    and the names the operator and the chart use by default."""
     # Under pytest's temporary folder, which keeps the logs of the last runs for post-mortems.
-    control_plane = ControlPlane(tmp_path_factory.mktemp("kube-cluster"), binaries)
+    control_plane = start_container_cluster(tmp_path_factory.mktemp("kube-cluster"))
+    try:
+        yield control_plane
+    finally:
+        control_plane.stop()
+
+
+def node_agent_cluster(run_directory: Path) -> Iterator[KubeCluster]:
+    """A control plane whose fake nodes' pods the node agent runs as processes of this machine (runtime="agent"),
+    for the tests of the node agent itself, until it goes."""
+    control_plane = ControlPlane(run_directory, required_binaries())
     try:
         control_plane.start()
         control_plane.start_node_agent()
@@ -58,32 +113,16 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
 
 
 @pytest.fixture(scope="session")
-def container_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    """A control plane whose nodes are real kubelets over containerd (runtime="containers"): one GPU node and
-    one plain node, holding the runner image built from the Dockerfile (`images.TAGS["runner"]`), for the
-    whole session. A second control plane beside `kube_cluster`, whose nodes still run pods as processes."""
-    binaries = required_binaries()
-    try:
-        locate_runtime_binaries()
-    except ClusterBinariesMissingError as error:
-        _skip_or_fail(error)
-    try:
-        runner = images.saved_archive(images.build("runner"))
-    except images.ImageBuildError as error:
-        _skip_or_fail(ClusterBinariesMissingError(str(error)))
-    control_plane = ControlPlane(
-        tmp_path_factory.mktemp("container-cluster"),
-        binaries,
-        gpu_node_names=("gpu-node-0",),
-        cpu_node_names=("cpu-node-0",),
-        runtime="containers",
-    )
-    try:
-        control_plane.start()
-        control_plane.load_images([runner])
-        yield control_plane
-    finally:
-        control_plane.stop()
+def operator_image(kube_cluster: KubeCluster) -> str:
+    """The operator image built from the Dockerfile and put on the session's nodes (for `helm install`)."""
+    return load_project_image(kube_cluster, "operator")
+
+
+@pytest.fixture(scope="session")
+def container_cluster(kube_cluster: KubeCluster) -> KubeCluster:
+    """The session's control plane (its nodes are real kubelets over containerd); the name tests of the
+    containers runtime use."""
+    return kube_cluster
 
 
 def fresh_namespace(cluster: KubeCluster) -> Iterator[str]:
@@ -101,14 +140,10 @@ def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
 
 
 @pytest.fixture
-def container_namespace(container_cluster: KubeCluster) -> Iterator[str]:
-    """A fresh namespace on `container_cluster` for one test, deleted afterwards."""
-    name = f"test-{uuid.uuid4().hex[:10]}"
-    container_cluster.request(
-        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    )
-    yield name
-    container_cluster.request("DELETE", f"/api/v1/namespaces/{name}")
+def container_namespace(kube_namespace: str) -> str:
+    """A fresh namespace on the session's control plane for one test (the name tests of the containers runtime
+    use)."""
+    return kube_namespace
 
 
 @pytest.fixture(scope="session")

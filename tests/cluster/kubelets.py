@@ -506,6 +506,22 @@ state = "{state}"
         for image, extra_names in (names or {}).items():
             for extra in extra_names:
                 _run([*ctr, "images", "tag", "--force", image, extra])
+                # Also by digest (`repository@sha256:...`), as a pull records it: a manifest that pins the
+                # image by digest then finds it on the node.
+                repository = extra.rsplit(":", 1)[0] if "@" not in extra else None
+                if repository is not None:
+                    _run([*ctr, "images", "tag", "--force", image, f"{repository}@{self._image_digest(image)}"])
+
+    def _image_digest(self, name: str) -> str:
+        """The digest of the manifest (or index) an image name points at on this node."""
+        listed = _run(
+            [self.binaries.ctr, "--address", self.socket, "--namespace", CONTAINERD_NAMESPACE, "images", "ls"]
+        )
+        for line in listed.stdout.splitlines()[1:]:
+            fields = line.split()
+            if fields and fields[0] == name:
+                return next(field for field in fields if field.startswith("sha256:"))
+        raise ContainersRuntimeError(f"no image {name} on node {self.name}")
 
     def start_kubelet(
         self,

@@ -153,13 +153,9 @@ class MetricsOptions(ApiModel):
     enabled: bool = Field(default=True, description="Serve /metrics from the runner while it runs.")
     port: int = Field(
         default=DEFAULT_METRICS_PORT,
-        ge=0,
+        ge=1,
         le=65535,
-        description=(
-            "Port of the runner's /metrics, declared as the container port named 'metrics' for a PodMonitor."
-            " 0 binds any free port and declares none: for clusters whose pods share one network (the local"
-            " test cluster), where a fixed port would clash."
-        ),
+        description="Port of the runner's /metrics, declared as the container port named 'metrics' for a PodMonitor.",
     )
     pushgateway: str | None = Field(
         default=None, pattern=r"^https?://", description="Pushgateway URL the final results are pushed to."

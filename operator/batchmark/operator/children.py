@@ -170,10 +170,7 @@ def job(
     ports: list[dict[str, Any]] = []
     if spec.metrics.enabled:
         command += ["--metrics-address", "0.0.0.0", "--metrics-port", str(spec.metrics.port)]
-        if spec.metrics.port:
-            ports.append({"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"})
-        else:
-            command += ["--metrics-linger", "0"]  # nothing can scrape a port no one knows: no reason to wait
+        ports.append({"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"})
     if spec.metrics.pushgateway:
         command += ["--pushgateway", spec.metrics.pushgateway]
     env: list[dict[str, Any]] = [

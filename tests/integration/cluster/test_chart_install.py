@@ -1,11 +1,11 @@
-"""The chart on a real control plane: `helm install` runs the operator as a pod (on the node agent), an example
-BatchBenchmark runs to Succeeded with it, `helm test` passes, the Operator and Batch size comparison dashboards
-return data from a real Prometheus scraping that operator, `helm upgrade` with other values rolls it, and
+"""The chart on a real control plane: `helm install` with the chart's default values runs the operator as a
+container of the operator image on a real kubelet, an example BatchBenchmark runs to Succeeded with it in the
+runner image, `helm test` passes, the Operator and Batch size comparison dashboards return data from a real
+Prometheus scraping that operator at its pod's address, `helm upgrade` with other values rolls it, and
 `helm uninstall` leaves nothing behind but the CRD and the BatchBenchmarks.
 
 The chart gets a control plane of its own: the session's runs an operator of the operator tests, watching every
-namespace, and two operators must never reconcile the same resources. Pods share 127.0.0.1 on the node agent,
-so the operator's ports are free ones, set through values, as a person would set them.
+namespace, and two operators must never reconcile the same resources.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import yaml
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import queries, substitute
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixtures import required_binaries
-from tests.integration.observability.servers import Prometheus, free_port, prometheus
+from tests.cluster.fixtures import load_project_image, required_binaries, start_container_cluster
+from tests.integration.observability.servers import Prometheus, prometheus
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.images]
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "batchmark"
@@ -35,14 +35,13 @@ NAMESPACE = "batchmark-system"
 BENCHMARKS = "benchmarks"
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 GRAFANA_VARIABLES = {"__rate_interval": "1m", "__range": "10m", "datasource": "prometheus"}
-RUNNER_DIGEST = "sha256:" + "5e" * 32
+OPERATOR_METRICS_PORT = 8080  # the chart's operator.metrics.port
 
 
 @dataclass
 class Installed:
     cluster: ControlPlane
     prometheus: Prometheus
-    metrics_port: int
 
     def kubectl_json(self, *arguments: str) -> Any:
         return json.loads(self.cluster.kubectl(*arguments, "-o", "json").stdout)
@@ -86,35 +85,36 @@ def wait_succeeded(installed: Installed, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    binaries = required_binaries()
-    if binaries.helm is None:
+    if required_binaries().helm is None:
         pytest.fail("helm is not built: run scripts/setup/cluster.sh")
-    cluster = ControlPlane(tmp_path_factory.mktemp("chart-cluster"), binaries)
-    metrics_port, health_port = free_port(), free_port()
+    # One GPU node is enough for the three benchmarks, which run one after another.
+    cluster = start_container_cluster(tmp_path_factory.mktemp("chart-cluster"), gpu_node_names=("gpu-node-0",))
     try:
-        cluster.start()
-        cluster.start_node_agent()
+        load_project_image(cluster, "operator")
         cluster.kubectl("create", "namespace", BENCHMARKS)
-        # Prometheus scrapes the operator as the chart's ServiceMonitor would: job named after the metrics
-        # Service, the operator's namespace as a target label, its own labels honoured.
+        # The chart's default values: its images are on the nodes under the names it uses.
+        installed = cluster.helm(
+            "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+            "--wait", "--timeout", "3m",
+            check=False,
+        )  # fmt: skip
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        assert "kubectl get bb -w" in installed.stdout  # NOTES.txt
+        (pod,) = json.loads(
+            cluster.kubectl(
+                "get", "pods", "-n", NAMESPACE, "-l", f"{INSTANCE},app.kubernetes.io/component=operator", "-o", "json"
+            ).stdout
+        )["items"]
+        # Prometheus scrapes the operator at its pod's address, as the chart's ServiceMonitor's targets are: job
+        # named after the metrics Service, the operator's namespace as a target label, its own labels honoured.
         with prometheus(
             tmp_path_factory.mktemp("chart-prometheus"),
-            [f"127.0.0.1:{metrics_port}"],
+            [f"{pod['status']['podIP']}:{OPERATOR_METRICS_PORT}"],
             honor_labels=True,
             target_labels={"namespace": NAMESPACE},
             job=f"{RELEASE}-metrics",
         ) as prom:
-            installed = cluster.helm(
-                "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-                "--wait", "--timeout", "3m",
-                "--set", "operator.metrics.address=127.0.0.1", "--set", f"operator.metrics.port={metrics_port}",
-                "--set", "operator.health.address=127.0.0.1", "--set", f"operator.health.port={health_port}",
-                "--set", "helmTest.operatorHost=127.0.0.1",
-                check=False,
-            )  # fmt: skip
-            assert installed.returncode == 0, installed.stdout + installed.stderr
-            assert "kubectl get bb -w" in installed.stdout  # NOTES.txt
-            yield Installed(cluster, prom, metrics_port)
+            yield Installed(cluster, prom)
     finally:
         cluster.stop()
 
@@ -136,6 +136,15 @@ def test_an_example_runs_to_succeeded_with_the_operator_the_chart_installed(
 
 
 def test_helm_test_finds_the_operator_answering(installed: Installed) -> None:
+    # No kube-proxy and no CoreDNS on this cluster: the metrics Service's name does not resolve in a pod, so the
+    # test pod is pointed at the operator pod's own address.
+    (pod,) = installed.operator_pods()
+    pointed = installed.cluster.helm(
+        "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+        "--set", f"helmTest.operatorHost={pod['status']['podIP']}",
+        check=False,
+    )  # fmt: skip
+    assert pointed.returncode == 0, pointed.stdout + pointed.stderr
     tested = installed.cluster.helm("test", RELEASE, "--namespace", NAMESPACE, "--timeout", "2m", check=False)
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "Succeeded" in tested.stdout
@@ -169,9 +178,11 @@ def test_the_operator_dashboards_return_data_from_the_real_operator(installed: I
 
 def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed, tmp_path: Path) -> None:
     (before,) = installed.operator_pods()
+    # The runner image on the nodes, by its digest: what a person pins to run the very image that was tested.
+    runner_digest = runner_image_digest(installed.cluster)
     upgraded = installed.cluster.helm(
         "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
-        "--set", "benchmarkDefaults.image.tag=upgraded", "--set", f"benchmarkDefaults.image.digest={RUNNER_DIGEST}",
+        "--set", "benchmarkDefaults.image.tag=upgraded", "--set", f"benchmarkDefaults.image.digest={runner_digest}",
         "--wait", "--timeout", "3m",
         check=False,
     )  # fmt: skip
@@ -193,7 +204,17 @@ def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed,
     apply_example(installed.cluster, tmp_path, "chart-after-upgrade", 16)
     wait_succeeded(installed, "chart-after-upgrade")
     job = installed.kubectl_json("get", "job", "chart-after-upgrade", "-n", BENCHMARKS)
-    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == f"batchmark-runner@{RUNNER_DIGEST}"
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == f"batchmark-runner@{runner_digest}"
+
+
+def runner_image_digest(cluster: ControlPlane) -> str:
+    """The digest under which the GPU node holds the chart's default runner image, as its kubelet reports it."""
+    node = json.loads(cluster.kubectl("get", "node", "gpu-node-0", "-o", "json").stdout)
+    for image in node["status"].get("images", []):
+        for name in image["names"]:
+            if name.startswith("docker.io/library/batchmark-runner@sha256:"):
+                return str(name.rsplit("@", 1)[1])
+    raise AssertionError(f"gpu-node-0 does not report the runner image by digest: {node['status'].get('images')}")
 
 
 def test_helm_uninstall_leaves_only_the_crd_and_the_benchmarks(installed: Installed) -> None:

@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,10 +21,17 @@ from tests.cluster.controlplane import (
     ControlPlane,
     locate_binaries,
 )
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster.fixtures import KubeCluster, node_agent_cluster
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """These tests are the node agent's (pods as processes of this machine, their files in this test's folders):
+    a control plane of their own on it, in place of the session's on real kubelets."""
+    yield from node_agent_cluster(tmp_path_factory.mktemp("agent-cluster"))
 
 
 def python_job(name: str, code: str, **container_fields: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The real Kueue, run by tests/cluster/kueue.py, admits suspended Jobs against ClusterQueue quotas on the
-local control plane, and the node agent runs them once admitted: the ground the operator's queueing stands on."""
+local control plane, and its kubelets run them once admitted: the ground the operator's queueing stands on."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cluster import images
 from tests.cluster.controlplane import GPU_TOLERATION
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.kueue import (
@@ -52,7 +53,7 @@ def gpu_job(namespace: str, name: str, queue: str, seconds: float, priority_clas
         labels[PRIORITY_CLASS_LABEL] = priority_class
     container = {
         "name": "main",
-        "image": "batchmark-runner:test",
+        "image": images.TAGS["runner"],
         "command": ["sleep", str(seconds)],
         "resources": {"limits": {"nvidia.com/gpu": "1"}},
     }

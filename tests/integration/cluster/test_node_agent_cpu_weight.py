@@ -7,13 +7,14 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.controlplane import GPU_TOLERATION
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster.fixtures import KubeCluster, node_agent_cluster
 from tests.cluster.nodeagent import autogroups_on, cpu_niceness, set_autogroup_niceness
 from tests.polling import wait_for
 
@@ -27,6 +28,13 @@ print(pathlib.Path("/proc/self/autogroup").read_text().split()[-1] if on else "o
 print(os.nice(0), flush=True)
 subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], check=True)
 """
+
+
+@pytest.fixture(scope="module")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """These tests are the node agent's (pods as processes of this machine, their files in this test's folders):
+    a control plane of their own on it, in place of the session's on real kubelets."""
+    yield from node_agent_cluster(tmp_path_factory.mktemp("agent-cluster"))
 
 
 def test_the_niceness_follows_the_cpu_shares_a_kubelet_sets() -> None:

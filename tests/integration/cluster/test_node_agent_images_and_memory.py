@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import yaml
 
 from batchmark.operator.api import DEFAULT_IMAGE
 from tests.cluster.controlplane import GPU_TOLERATION
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster.fixtures import KubeCluster, node_agent_cluster
 from tests.cluster.nodeagent import (
     PROJECT_IMAGES,
     ImageReference,
@@ -52,6 +52,13 @@ print("done", flush=True)
 
 
 # Without a cluster: references, the node's images, quantities, and the memory limit on a process tree.
+
+
+@pytest.fixture(scope="module")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """These tests are the node agent's (pods as processes of this machine, their files in this test's folders):
+    a control plane of their own on it, in place of the session's on real kubelets."""
+    yield from node_agent_cluster(tmp_path_factory.mktemp("agent-cluster"))
 
 
 def test_image_references_are_normalised_as_a_container_runtime_does() -> None:

@@ -28,7 +28,7 @@ VALID: dict[str, Any] = {
         "data": {"promptTokens": 16, "outputTokens": 8},
         "profile": {"kind": "throughput"},
         "constraints": [{"kind": "max_requests", "count": 10}],
-        "metrics": {"port": 0},
+        "metrics": {"port": 9100},
     },
 }
 

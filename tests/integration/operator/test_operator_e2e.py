@@ -1,5 +1,5 @@
 """End to end on the real control plane: the operator (a real process, real kopf) runs BatchBenchmarks as Jobs
-whose pods the node agent runs on fake GPU nodes; the runner in them writes the status."""
+whose pods real kubelets run on fake GPU nodes, in the runner image; the runner in them writes the status."""
 
 from __future__ import annotations
 
@@ -224,8 +224,6 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
                 "manifest",
                 "--name",
                 "from-manifest",
-                "--metrics-port",
-                "0",
             ),
             *("--backend", "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated,simulation.time_scale=0.02"),
             *("--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=8"),
@@ -324,8 +322,7 @@ def test_cancel_keeps_partial_results(batchmark_operator: OperatorProcess, kube_
     found = wait_for_phase(cluster, kube_namespace, "long", {"Cancelled", "Failed", "Succeeded"}, 90)
     status = found["status"]
     assert status["phase"] == "Cancelled", status
-    # The node agent signals the pod's whole process group (a kubelet signals the container's first process):
-    # the runner either sees the signal first ("interrupted by SIGTERM") or its engine worker's death by it.
+    # The kubelet sends SIGTERM to the container's first process, the runner ("interrupted by SIGTERM").
     assert "SIGTERM" in status["results"][0]["stopReason"]
     assert status["results"][0]["requests"]["completed"] > 0
     report = results_report(cluster, kube_namespace, "long")
@@ -368,11 +365,13 @@ def test_results_arrive_through_the_termination_message_when_the_api_server_is_u
     batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
 ) -> None:
     cluster = batchmark_operator.cluster
-    unreachable = tmp_path / "unreachable.kubeconfig"
-    kubeconfig = yaml.safe_load(cluster.kubeconfig.read_text())
-    kubeconfig["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"  # nothing listens there
-    unreachable.write_text(yaml.safe_dump(kubeconfig))
-    apply(cluster, kube_namespace, short_run("cut-off", env=[{"name": "KUBECONFIG", "value": str(unreachable)}]))
+    # In-cluster clients find the API server by these two variables, which the kubelet sets and the pod's own
+    # env overrides: nothing listens on port 9 of the pod's loopback.
+    unreachable = [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "9"},
+    ]
+    apply(cluster, kube_namespace, short_run("cut-off", env=unreachable))
     found = wait_for_phase(cluster, kube_namespace, "cut-off", {"Succeeded", "Failed"}, 240)
     status = found["status"]
     assert status["phase"] == "Succeeded", status
@@ -419,21 +418,20 @@ def test_an_image_that_cannot_be_pulled_waits_in_scheduling_until_its_timeout(
     batchmark_operator: OperatorProcess, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
-    image = "registry.invalid/batchmark/batchmark-runner:missing"
+    # Nothing listens on port 9 of this machine: containerd's pull fails at once, and no traffic leaves.
+    image = "127.0.0.1:9/batchmark/batchmark-runner:missing"
     apply(cluster, kube_namespace, short_run("unpullable", image=image, timeout=40))
 
     def backing_off() -> dict[str, Any] | None:
         status: dict[str, Any] = benchmark(cluster, kube_namespace, "unpullable").get("status") or {}
         return status if status.get("reason") == "ImagePullBackOff" else None
 
-    # The node agent, as a kubelet, cannot pull it: the operator keeps the benchmark in Scheduling with the
-    # kubelet's reason and message (status.py), and warns.
-    status = wait_for("ImagePullBackOff", backing_off, 60)
+    # The kubelet cannot pull it: the operator keeps the benchmark in Scheduling with the kubelet's reason and
+    # message (status.py), and warns.
+    status = wait_for("ImagePullBackOff", backing_off, 90)
     assert status["phase"] == "Scheduling"
-    assert status["message"].startswith(
-        f'Back-off pulling image "{image}": ErrImagePull: rpc error: code = Unavailable desc = '
-        f'failed to pull and unpack image "{image}"'
-    )
+    assert status["message"].startswith(f'Back-off pulling image "{image}": ErrImagePull: ')
+    assert f'failed to pull and unpack image "{image}"' in status["message"]
     conditions = {condition["type"]: condition for condition in status["conditions"]}
     assert conditions["Scheduled"]["status"] == "True"
     assert conditions["EngineLoaded"]["status"] == "False"
@@ -470,11 +468,12 @@ def test_a_memory_limit_below_the_runners_needs_ends_failed_oomkilled(
     batchmark_operator: OperatorProcess, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
-    # The runner on the simulated engine holds about 100 MiB (PSS of its process tree; tests/cluster/README.md):
-    # the node agent kills it at 64 MiB, as the kernel's OOM killer would kill the container.
+    # The runner on the simulated engine holds about 64 MiB of anonymous memory besides 40 MiB of the image's
+    # files: at 64 MiB the kernel's memory cgroup first reclaims those file pages, so the runner crawls on
+    # (minutes, on a loaded machine) before the OOM killer ends it.
     starved = short_run("starved", resources={"limits": {"nvidia.com/gpu": 1, "memory": "64Mi"}})
     apply(cluster, kube_namespace, starved)
-    found = wait_for_phase(cluster, kube_namespace, "starved", {"Failed", "Succeeded"}, 120)
+    found = wait_for_phase(cluster, kube_namespace, "starved", {"Failed", "Succeeded"}, 300)
     status = found["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "OOMKilled"), status
     assert status["message"] == "the runner ran out of memory (raise spec.resources.limits.memory)"

@@ -113,13 +113,18 @@ def test_gpus_follow_tensor_and_pipeline_parallelism() -> None:
         children.job(OWNER, spec(backend={**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": "two"}}))
 
 
-def test_simulated_engine_asks_for_no_gpu_and_port_zero_declares_no_port() -> None:
+def test_simulated_engine_asks_for_no_gpu_and_the_metrics_port_is_declared() -> None:
     backend = {**BENCHMARK["backend"], "engine": "simulated"}
-    pod = pod_spec(children.job(OWNER, spec(backend=backend, metrics={"port": 0})))
+    pod = pod_spec(children.job(OWNER, spec(backend=backend, metrics={"port": 9100})))
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
     assert "tolerations" not in pod
-    assert "ports" not in pod["containers"][0]
-    assert pod["containers"][0]["command"][-4:] == ["--metrics-port", "0", "--metrics-linger", "0"]
+    assert pod["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    assert pod["containers"][0]["command"][-2:] == ["--metrics-port", "9100"]
+
+
+def test_metrics_port_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match="metrics"):
+        spec(metrics={"port": 0})
 
 
 def test_model_cache_and_token_and_operator_defaults() -> None:
