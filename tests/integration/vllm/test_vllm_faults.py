@@ -99,9 +99,10 @@ def test_the_engine_core_dying_while_loading_fails_the_load(vllm_setup: VllmSetu
     outcome = program.finish(timeout=120)
     assert outcome.code == 3, outcome.stderr
     assert_clean(outcome)
-    # vLLM's own start-up wait sees the death and names the process and its exit code.
+    # vLLM's own start-up wait sees the death. The exit code it appends ("Failed core proc(s): {'EngineCore': -9}")
+    # is there only when its check reads it after the reaping: "{}" was seen too, so it is not asserted.
     assert "the engine failed to load" in outcome.message, outcome.stderr
-    assert "Failed core proc(s): {'EngineCore': -9}" in outcome.message, outcome.stderr
+    assert "Engine core initialization failed" in outcome.message, outcome.stderr
     assert_outputs(outputs, complete=False, benchmarks=0, stop_reason="the engine failed to load")
 
 
