@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.runner.harness import Program, assert_clean, assert_outputs
+from tests.integration.runner.harness import Program, assert_clean, assert_outputs, children, cmdline
 from tests.integration.vllm.conftest import VllmSetup, vllm_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
@@ -49,6 +49,61 @@ def test_the_real_engine_dying_mid_run_keeps_what_completed(vllm_setup: VllmSetu
     [benchmark] = report["benchmarks"]
     assert benchmark["interrupted"] is True
     assert benchmark["requests"]["completed"] > 0
+
+
+def engine_core_of(program: Program, timeout: float = 60) -> int:
+    """The ``VLLM::EngineCore`` process that vLLM's default multiprocessing started under the worker."""
+    worker = program.worker(timeout)
+    found: list[int] = []
+
+    def started() -> bool:
+        found[:] = [pid for pid in children(worker) if cmdline(pid).startswith("VLLM::EngineCore")]
+        return bool(found)
+
+    program.wait_until(started, "started vLLM's engine core process", timeout)
+    return found[0]
+
+
+@pytest.mark.parametrize("dispatch", ["batch", "continuous"])
+def test_the_engine_core_dying_mid_run_ends_the_run_with_what_completed(
+    vllm_setup: VllmSetup, tmp_path: Path, dispatch: str
+) -> None:
+    """vLLM's own client would wait for the dead core's outputs forever (its sync client's queue is never woken),
+    in ``LLM.generate`` (batch dispatch) as in ``llm_engine.step`` (continuous)."""
+    outputs = [tmp_path / "r.json"]
+    path = config(vllm_setup, tmp_path, outputs, dispatch=dispatch)
+    program = Program(tmp_path, ["run", "--quiet", "--config", str(path)], vllm_env(), vllm_setup.python)
+    program.wait_for("benchmark 1", timeout=240)
+    core = engine_core_of(program)
+    time.sleep(20.0)  # several batches complete on the CPU, even a busy one
+    os.kill(core, signal.SIGKILL)
+    killed = time.monotonic()
+    outcome = program.finish(timeout=120)
+    assert time.monotonic() - killed < 60, "the run outlived its engine by a minute"
+    assert outcome.code == 3, outcome.stderr
+    assert_clean(outcome)
+    assert f"vLLM's engine core process {core} died (killed by SIGKILL)" in outcome.message, outcome.stderr
+    assert_outputs(outputs, complete=False, benchmarks=1, stop_reason=f"process {core} died (killed by SIGKILL)")
+    [benchmark] = json.loads(outputs[0].read_text())["benchmarks"]
+    assert benchmark["interrupted"] is True
+    assert benchmark["requests"]["completed"] > 0
+
+
+def test_the_engine_core_dying_while_loading_fails_the_load(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    """Found by vLLM itself: ``LLM()`` raises when the engine core dies before its handshake."""
+    outputs = [tmp_path / "r.json"]
+    path = config(vllm_setup, tmp_path, outputs)
+    program = Program(tmp_path, ["run", "--quiet", "--config", str(path)], vllm_env(), vllm_setup.python)
+    core = engine_core_of(program, timeout=240)
+    os.kill(core, signal.SIGKILL)  # at once: loading the model takes seconds more
+    outcome = program.finish(timeout=120)
+    assert outcome.code == 3, outcome.stderr
+    assert_clean(outcome)
+    # vLLM's own start-up wait sees the death. The exit code it appends ("Failed core proc(s): {'EngineCore': -9}")
+    # is there only when its check reads it after the reaping: "{}" was seen too, so it is not asserted.
+    assert "the engine failed to load" in outcome.message, outcome.stderr
+    assert "Engine core initialization failed" in outcome.message, outcome.stderr
+    assert_outputs(outputs, complete=False, benchmarks=0, stop_reason="the engine failed to load")
 
 
 # The names come from the installed vLLM's source, so this runs where vLLM is: the project's own venv has none.

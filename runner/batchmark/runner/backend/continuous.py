@@ -17,7 +17,7 @@ from batchmark.runner.backend.batcher import RequestQueue
 from batchmark.runner.backend.harness_usage import HarnessUsage
 from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.backend.reporter import Reporter
-from batchmark.runner.engines.base import Completion, ContinuousEngine, WorkItem
+from batchmark.runner.engines.base import Completion, ContinuousEngine, EngineDead, WorkItem
 
 
 class AdmissionQueue(RequestQueue[WorkItem]):
@@ -97,6 +97,8 @@ def dispatch_continuously(
         running = engine.in_flight()
         try:
             finished = engine.step()
+        except EngineDead:
+            raise  # the run ends; what was in flight counts as incomplete
         except Exception as error:  # the engine itself broke: everything in flight failed
             finished = engine.abort_all()
             message = f"engine error: {type(error).__name__}: {error}"

@@ -56,9 +56,11 @@ class LoadFailed(NamedTuple):
 
 
 class Crashed(NamedTuple):
-    """The dispatcher itself broke; carries the worker's traceback."""
+    """The dispatcher itself broke; carries the worker's traceback, or the reason alone where the engine died
+    (a known end, for which a traceback says nothing more)."""
 
     traceback: str
+    reason: str = ""
 
 
 class Drained(NamedTuple):

@@ -53,9 +53,11 @@ from batchmark.runner.engines.base import (
     Completion,
     ContinuousEngine,
     Engine,
+    EngineDead,
     EngineInfo,
     WorkItem,
 )
+from batchmark.runner.exitstatus import describe_exit
 from batchmark.runner.shutdown import StopFlag
 
 MP_CONTEXT_VARIABLE = "BATCHMARK_MP_CONTEXT"
@@ -222,12 +224,7 @@ class EngineWorker:
 
     def _exited(self) -> WorkerFailed:
         code = self._exit_status(timeout=5)
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            how = f"killed by signal {-code}"
-            with contextlib.suppress(ValueError):
-                how = f"killed by {signal.Signals(-code).name}"
-        return WorkerFailed(f"the engine worker process exited unexpectedly ({how})")
+        return WorkerFailed(f"the engine worker process exited unexpectedly ({describe_exit(code)})")
 
     def _receive(self, timeout: float | None) -> FromWorker:
         try:
@@ -262,6 +259,8 @@ def read_waiting(conn: multiprocessing.connection.Connection, timeout: float) ->
 
 def _raise_if_crashed(message: FromWorker) -> None:
     if isinstance(message, Crashed):
+        if message.reason:
+            raise WorkerFailed(message.reason)
         # The whole traceback is in the worker's log; the results carry its last line.
         lines = message.traceback.strip().splitlines()
         raise WorkerFailed(f"the engine's process crashed: {lines[-1] if lines else 'no details'}")
@@ -335,6 +334,9 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, b
             reporter.send(Reconfigured())
     except (BrokenPipeError, ConnectionResetError, EOFError):
         raise
+    except EngineDead as died:
+        # The main process prints the reason; the traceback would only show where the engine was waiting.
+        reporter.send(Crashed("", reason=str(died)))
     except Exception:
         # Printed here for the log, and sent whole to the main process, which keeps its last line as the reason.
         traceback.print_exc()
@@ -438,6 +440,8 @@ def _dispatch_batches(
         engine_before, steps_before = clock.seconds, clock.steps()
         try:
             completions = engine.run_batch(batch.items)
+        except EngineDead:
+            raise  # the run ends; the batch counts as incomplete
         except Exception as error:  # the engine itself broke: every request of the batch failed
             message = f"engine error: {type(error).__name__}: {error}"
             completions = [Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS) for item in batch.items]

@@ -168,6 +168,11 @@ def timings_from_metrics(metrics: Any) -> EngineTimings:
     return EngineTimings(scheduled - queued, first - scheduled, (last - first) if last else NAN, first - queued)
 
 
+class EngineDead(RuntimeError):
+    """The engine itself is gone (its process died): no later call can succeed, so the run ends with this
+    message instead of failing every request that follows."""
+
+
 class GenerateEngine:
     """Any object with vLLM's ``generate(prompts, sampling_params, use_tqdm=False)`` contract.
 
@@ -180,7 +185,8 @@ class GenerateEngine:
     is not thread-safe, so the caller keeps every engine call on one thread; ``prepare`` touches only the
     prompt builder and may run on another. ``engine_input`` turns a prompt into the typed form ``add_request``
     takes (vLLM 0.32 deprecates raw prompts there); None passes prompts as built. ``shutdown`` ends the engine
-    (and the processes it started); ``close`` calls it once.
+    (and the processes it started); ``close`` calls it once. ``death`` says, once an engine call has raised,
+    whether the engine has died: then ``EngineDead`` is raised instead of the call's own error.
     """
 
     def __init__(
@@ -192,6 +198,7 @@ class GenerateEngine:
         steps: Callable[[], int] | None = None,
         engine_input: Callable[[Any], Any] | None = None,
         shutdown: Callable[[], None] | None = None,
+        death: Callable[[], EngineDead | None] | None = None,
     ) -> None:
         self.llm = llm
         self.prompts = prompts
@@ -200,7 +207,14 @@ class GenerateEngine:
         self.clock = EngineClock(steps)
         self.engine_input = engine_input
         self._shutdown = shutdown
+        self._death = death
         self._pending: dict[str, WorkItem] = {}
+
+    def _raise_if_dead(self, error: Exception) -> None:
+        """Called with an engine call's error: a dead engine ends the run, anything else fails the request."""
+        died = self._death() if self._death is not None else None
+        if died is not None:
+            raise died from error
 
     def close(self) -> None:
         shutdown, self._shutdown = self._shutdown, None
@@ -231,13 +245,18 @@ class GenerateEngine:
             typed = self.engine_input(prompt) if self.engine_input is not None else prompt
             self.llm.llm_engine.add_request(request_id, typed, item.prepared.params)
         except Exception as error:
+            self._raise_if_dead(error)
             return _failed(item, f"{type(error).__name__}: {error}")
         self._pending[request_id] = item
         return None
 
     def step(self) -> list[Completion]:
-        with self.clock.call():
-            outputs = self.llm.llm_engine.step()
+        try:
+            with self.clock.call():
+                outputs = self.llm.llm_engine.step()
+        except Exception as error:
+            self._raise_if_dead(error)
+            raise
         completions = []
         for output in outputs:
             if not output.finished:
@@ -303,6 +322,7 @@ class GenerateEngine:
             with self.clock.call():
                 outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as error:
+            self._raise_if_dead(error)  # not split: a dead engine fails every half alike
             if len(prepared) == 1:
                 results.append(_failed(prepared[0][0], f"{type(error).__name__}: {error}"))
                 return

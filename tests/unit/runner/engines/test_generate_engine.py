@@ -1,9 +1,11 @@
 from collections.abc import Hashable
 from typing import Any
 
+import pytest
+
 from batchmark.runner.config import VllmPythonBatchBackendConfig
 from batchmark.runner.data import RequestSpec
-from batchmark.runner.engines.base import EngineInfo, GenerateEngine, WorkItem
+from batchmark.runner.engines.base import EngineDead, EngineInfo, GenerateEngine, WorkItem
 from batchmark.runner.engines.factory import load_engine
 from batchmark.runner.engines.simulated import RequestOutput, SamplingParams, SimulatedLLM, TokensPrompt
 from batchmark.runner.engines.vllm_engine import StepCounter
@@ -140,3 +142,56 @@ def test_step_counter_counts_the_steps_generate_runs_inside() -> None:
     while engine.left:
         engine.step()
     assert counter() == 3
+
+
+class DeadLLM:
+    """An engine whose every call raises, as vLLM's client does once its engine core has died."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.llm_engine = self
+
+    def generate(self, prompts: Any, params: Any, use_tqdm: bool = False) -> list[Any]:
+        self.calls += 1
+        raise RuntimeError("EngineCore encountered an issue")
+
+    def step(self) -> list[Any]:
+        raise RuntimeError("EngineCore encountered an issue")
+
+    def add_request(self, request_id: str, prompt: Any, params: Any) -> None:
+        raise RuntimeError("EngineCore encountered an issue")
+
+
+def dead_engine(llm: DeadLLM, died: EngineDead | None) -> GenerateEngine:
+    return GenerateEngine(
+        llm,
+        OddPromptsFail(),
+        lambda spec: SamplingParams(max_tokens=4),
+        EngineInfo(kind="test", model="m"),
+        death=lambda: died,
+    )
+
+
+def test_a_dead_engine_ends_the_batch_at_its_first_error_without_splitting_it() -> None:
+    llm = DeadLLM()
+    died = EngineDead("vLLM's engine core process 7 died (killed by SIGKILL)")
+    engine = dead_engine(llm, died)
+    with pytest.raises(EngineDead) as raised:
+        engine.run_batch([WorkItem(RequestSpec(i, 8, 4, -1, 0), 0.0, 0.0) for i in (0, 2, 4, 6)])
+    assert raised.value is died
+    assert llm.calls == 1
+    with pytest.raises(EngineDead):
+        engine.step()
+    with pytest.raises(EngineDead):
+        engine.add(WorkItem(RequestSpec(0, 8, 4, -1, 0), 0.0, 0.0))
+
+
+def test_an_engine_error_without_a_death_fails_the_requests_as_before() -> None:
+    llm = DeadLLM()
+    engine = dead_engine(llm, None)
+    completions = engine.run_batch([WorkItem(RequestSpec(i, 8, 4, -1, 0), 0.0, 0.0) for i in (0, 2)])
+    assert [completion.error for completion in completions] == ["RuntimeError: EngineCore encountered an issue"] * 2
+    assert llm.calls == 3  # the batch, then each half
+    failed = engine.add(WorkItem(RequestSpec(0, 8, 4, -1, 0), 0.0, 0.0))
+    assert failed is not None
+    assert failed.error == "RuntimeError: EngineCore encountered an issue"
