@@ -98,3 +98,30 @@ def test_a_batch_size_sweep_runs_every_point_on_one_engine_load(vllm_setup: Vllm
     assert core_parent == load["pid"]
     titles = [title for title, _ in engine_processes.values()]
     assert len(titles) == len(set(titles)), f"an engine process was started twice: {engine_processes}"
+
+
+def test_batch_size_auto_searches_on_the_real_engine_in_one_load(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    config = {
+        "name": "vllm-cpu-search",
+        "backend": vllm_setup.backend(),
+        "data": {"kind": "synthetic_text", "prompt_tokens": 32, "output_tokens": OUTPUT_TOKENS},
+        "profile": {"kind": "throughput", "max_concurrency": 16},
+        "constraints": [{"kind": "max_requests", "count": REQUESTS}],
+    }
+    running = vllm_setup.start_batchmark(config, tmp_path, args=("--sweep", "batch_size=auto:2-16"))
+    assert running.process.wait(timeout=RUN_TIMEOUT) == 0, running.stderr()[-6000:]
+    report: dict[str, Any] | None = running.report()
+    assert report is not None
+    assert report["complete"] is True
+    search = report["sweep"]["search"]
+    assert search["candidates"] == [2, 4, 8, 16]
+    visited = search["visited"]
+    assert visited
+    assert set(visited) <= set(search["candidates"])
+    assert [benchmark["batch_size"] for benchmark in report["benchmarks"]] == visited
+    assert search["best"] in visited
+    assert report["recommendation"]["swept"] == {"batch_size": search["best"]}
+    for benchmark in report["benchmarks"]:
+        assert benchmark["requests"]["completed"] == REQUESTS
+        assert benchmark["requests"]["errored"] == 0
+    assert len(report["sweep"]["engine_loads"]) == 1
