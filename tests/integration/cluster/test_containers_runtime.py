@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from tests.cluster.controlplane import GPU_TOLERATION, locate_runtime_binaries
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.ociarchive import write_image_archive
 from tests.integration.operator.conftest import (
-    CRD_PATH,
     OperatorProcess,
     benchmark,
     example,
@@ -56,20 +54,6 @@ WRITES = (
 )
 # OpenShift's restricted policy runs a pod as a UID from the namespace's range, with GID 0.
 ARBITRARY_UID = 1000640000
-
-
-@pytest.fixture(scope="module")
-def operator(container_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    """The CRD applied, and the operator running (as a process, as the operator's e2e tests run it)."""
-    container_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    container_cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", timeout_seconds=60)
-    wait_for("bb in discovery", lambda: container_cluster.kubectl("get", "bb", "-A", check=False).returncode == 0, 60)
-    process = OperatorProcess(container_cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def pod_of(cluster: KubeCluster, namespace: str, name: str) -> Any:

@@ -26,9 +26,8 @@ from batchmark.runner.statuswriter import read_report_config_map
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.volumes import bind_local_volume, release_local_volume
-from tests.integration.operator.conftest import CRD_PATH, OperatorProcess, example, kubectl_apply, wait_for_phase
+from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply, wait_for_phase
 from tests.integration.runner.test_data_hub_cache import REPOSITORY, TRAIN, fill_hub_cache
-from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
@@ -38,20 +37,6 @@ ROWS = [
 ]
 JSONL = "".join(json.dumps(row) + "\n" for row in ROWS)
 DATA_PATH = "nightly/prompts.jsonl"  # under the volume's mountPath
-
-
-@pytest.fixture(scope="module")
-def operator(container_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    """The CRD applied, and the operator running (as a process, as the operator's e2e tests run it)."""
-    container_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    container_cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev", timeout_seconds=60)
-    wait_for("bb in discovery", lambda: container_cluster.kubectl("get", "bb", "-A", check=False).returncode == 0, 60)
-    process = OperatorProcess(container_cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture
