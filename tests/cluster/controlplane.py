@@ -813,7 +813,7 @@ def _load_project_images(control_plane: ControlPlane) -> None:
     from tests.cluster import images
 
     for target in ("runner", "operator"):
-        archive = images.saved_archive(images.build(target))
+        archive = images.built_archive(target)
         control_plane.load_images([archive], {images.TAGS[target]: images.default_names(target)})
 
 

@@ -56,7 +56,7 @@ def built_image(target: str) -> Path:
     """The Dockerfile's `target` built (seconds when the tree is unchanged) and saved as an archive; without
     podman or the build's inputs the calling test is skipped (fails in CI)."""
     try:
-        return images.saved_archive(images.build(target))
+        return images.built_archive(target)
     except images.ImageBuildError as error:
         _skip_or_fail(ClusterBinariesMissingError(str(error)))
 

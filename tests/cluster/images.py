@@ -4,14 +4,20 @@ the containers runtime's nodes import.
 
 podman keeps the layers, so a build after an unchanged tree takes seconds; a saved archive is kept per image
 ID under ~/.cache/batchmark/images/archives (BATCHMARK_IMAGES_CACHE moves the root), the previous one of the
-same image removed.
+same image removed. Builds and saves hold a lock (one file in that root): test sessions or pytest-xdist workers
+that need an image at the same time build it one after the other (the later one from podman's layers, in
+seconds), and `built_archive` holds it from the build to the saved archive, so that the tag it saves is the
+one it built.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -31,6 +37,19 @@ def default_names(target: str) -> list[str]:
     if target == "runner":
         names.append(DEFAULT_IMAGE)
     return names
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BATCHMARK_IMAGES_CACHE") or Path.home() / ".cache" / "batchmark" / "images")
+
+
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """Held by one process of the machine at a time (released when it exits, however it exits)."""
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with (cache_root() / "images.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 class ImageBuildError(RuntimeError):
@@ -56,8 +75,19 @@ def build_inputs() -> tuple[str, str]:
     return base, wheelhouse
 
 
+def built_archive(target: str) -> Path:
+    """The Dockerfile's `target` built and saved (`build`, then `saved_archive`, in one hold of the lock)."""
+    with exclusive():
+        return _saved_archive(_build(target))
+
+
 def build(target: str) -> str:
     """Build the Dockerfile's `target` (operator or runner) on the local base; its tag."""
+    with exclusive():
+        return _build(target)
+
+
+def _build(target: str) -> str:
     base, wheelhouse = build_inputs()
     tag = TAGS[target]
     built = podman(
@@ -91,13 +121,17 @@ def build(target: str) -> str:
 
 def saved_archive(tag: str) -> Path:
     """The image as a `podman save` archive (docker-archive: it carries the image's name), saved once per ID."""
+    with exclusive():
+        return _saved_archive(tag)
+
+
+def _saved_archive(tag: str) -> Path:
     inspected = podman("image", "inspect", "--format", "{{.Id}}", tag)
     if inspected.returncode != 0:
         raise ImageBuildError(inspected.stderr.strip())
     image_id = inspected.stdout.strip()[:16]
     stem = tag.rsplit("/", 1)[-1].replace(":", "-")
-    cache = Path(os.environ.get("BATCHMARK_IMAGES_CACHE") or Path.home() / ".cache" / "batchmark" / "images")
-    folder = cache / "archives"
+    folder = cache_root() / "archives"
     folder.mkdir(parents=True, exist_ok=True)
     archive = folder / f"{stem}-{image_id}.tar"
     if not archive.exists():

@@ -213,8 +213,14 @@ def _bridge_exists(name: str) -> bool:
     return Path("/sys/class/net", name).exists()
 
 
-def _run_is_gone(run_directory: str) -> bool:
-    pid_directory = Path(run_directory) / "pids"
+def _run_is_gone(claim: dict[str, Any]) -> bool:
+    """Whether the run that claimed a network number has ended: neither the process that claimed it (which
+    has started none of the run's processes yet while it makes the cluster's certificates) nor any process of
+    the run is alive."""
+    claimant = claim.get("claimant")
+    if claimant is not None and processes.is_alive(processes.ProcessRecord("claimant", *claimant)):
+        return False
+    pid_directory = Path(claim["run_directory"]) / "pids"
     return not any(processes.is_alive(record) for record in processes.read_records(pid_directory))
 
 
@@ -226,16 +232,24 @@ def allocate_pod_network(run_directory: Path, iptables: Path) -> PodNetwork:
         record = network._record_path()
         if _bridge_exists(network.bridge) or record.exists():
             try:
-                owner = json.loads(record.read_text())["run_directory"]
+                claim = json.loads(record.read_text())
+                if not _run_is_gone(claim):
+                    continue
             except (FileNotFoundError, json.JSONDecodeError, KeyError):
                 continue  # not ours, or being written
-            if not _run_is_gone(owner):
-                continue
             network.release(iptables)
         try:
             # O_EXCL: of two runs looking at one free number, one gets it.
-            with record.open("x") as claim:
-                claim.write(json.dumps({"run_directory": str(run_directory)}))
+            with record.open("x") as claim_file:
+                claimant = processes.record_for(os.getpid(), "claimant")
+                claim_file.write(
+                    json.dumps(
+                        {
+                            "run_directory": str(run_directory),
+                            "claimant": None if claimant is None else [claimant.pid, claimant.start_ticks],
+                        }
+                    )
+                )
         except FileExistsError:
             continue
         created = _run(["ip", "link", "add", "name", network.bridge, "type", "bridge"], check=False)

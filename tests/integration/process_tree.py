@@ -55,6 +55,20 @@ def engine_processes_now() -> Processes:
     return found
 
 
+def marked_with(recorded: Processes, variable: str, value: str) -> Processes:
+    """The recorded processes whose environment sets ``variable`` to ``value`` (children inherit it)."""
+    needle = f"{variable}={value}".encode()
+    marked: Processes = {}
+    for pid, start in recorded.items():
+        try:
+            environment = (PROC / str(pid) / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if needle in environment.split(b"\0"):
+            marked[pid] = start
+    return marked
+
+
 def still_alive(recorded: Processes) -> list[str]:
     """The recorded processes that still run, described by PID and command line."""
     alive = []

@@ -91,7 +91,7 @@ def test_the_operator_runs_from_its_image_installed_by_helm(
     container_cluster: KubeCluster, container_namespace: str
 ) -> None:
     cluster, namespace = container_cluster, container_namespace
-    cluster.load_images([images.saved_archive(images.build("operator"))])
+    cluster.load_images([images.built_archive("operator")])
     repository, tag = images.TAGS["operator"].rsplit(":", 1)
     runner_repository, runner_tag = images.TAGS["runner"].rsplit(":", 1)
     installed = cluster.helm(

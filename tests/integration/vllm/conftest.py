@@ -5,7 +5,9 @@ subprocesses: the CLI, the worker, or a probe script, each run with that venv's 
 vLLM cannot be imported there; any other failure fails it.
 
 The engine runs as users run it: vLLM's default multiprocessing, its engine core and worker in processes of
-their own. After every test, no ``VLLM::`` process that the test started may be left.
+their own. After every test, no ``VLLM::`` process that the test started may be left. Which are this test
+session's is told by a mark in their environment (SESSION_VARIABLE): other sessions, pytest-xdist's other
+workers or a user's runs on the same machine may run engines of their own meanwhile.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.process_tree import engine_processes_now, still_alive
+from tests.integration.process_tree import engine_processes_now, marked_with, still_alive
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -37,6 +39,8 @@ HIDDEN_SIZE = 128
 # For hangs, not speed: a run takes 30-40 s on an idle 2-core machine, but 4-5 minutes has been seen while
 # other builds held both cores; pytest's own timeout (600 s) stays above it.
 RUN_TIMEOUT = 540.0
+SESSION_VARIABLE = "BATCHMARK_TEST_SESSION"
+SESSION_MARK = f"{os.getpid()}-{time.time_ns()}"
 
 
 def vllm_python() -> Path:
@@ -60,6 +64,7 @@ def vllm_env(**extra: str) -> dict[str, str]:
         TOKENIZERS_PARALLELISM="false",
         PYTHONUNBUFFERED="1",
     )
+    env[SESSION_VARIABLE] = SESSION_MARK
     env.update(extra)
     return env
 
@@ -216,14 +221,16 @@ def vllm_setup() -> VllmSetup:
 
 @pytest.fixture(autouse=True)
 def no_engine_process_outlives_the_test() -> Iterator[None]:
-    """After the test, none of the ``VLLM::`` processes it started may still run (others' are left alone).
+    """After the test, none of the ``VLLM::`` processes it started may still run (other sessions' are left
+    alone).
 
     Checked at once: every process that started one has exited by then, and must have ended it. Any found
     are killed, so that one leak fails one test instead of starving the next ones of memory.
     """
     before = engine_processes_now()
     yield
-    left = {pid: start for pid, start in engine_processes_now().items() if before.get(pid) != start}
+    started = {pid: start for pid, start in engine_processes_now().items() if before.get(pid) != start}
+    left = marked_with(started, SESSION_VARIABLE, SESSION_MARK)
     alive = still_alive(left)
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
