@@ -47,7 +47,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     on the control plane's pods with the other's."""
     if _names_one_file(config):
         return 0
-    return int(os.environ.get("BATCHMARK_TEST_WORKERS", DEFAULT_WORKERS))
+    configured = os.environ.get("BATCHMARK_TEST_WORKERS")
+    if configured is None:
+        return DEFAULT_WORKERS
+    if not configured.isdecimal():
+        raise pytest.UsageError(f"BATCHMARK_TEST_WORKERS: a number of workers (0 for none), not {configured!r}")
+    return int(configured)
 
 
 def group_of(item: pytest.Item) -> str:
