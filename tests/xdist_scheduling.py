@@ -1,9 +1,14 @@
 """How scripts/test spreads the suite over pytest-xdist's workers (`--dist loadfile`, tests/conftest.py).
 
 A worker takes one group at a time: a test file, so that a file's module fixtures (its operator, its own
-control plane) are set up once, except the real vLLM engine's tests, which form one group: they load both
-cores, one engine at a time. The longest groups start first, so that no worker is left with a long one at the
-end while the other has nothing to do.
+control plane) are set up once, with two exceptions:
+- the real vLLM engine's tests form one group: they load both cores, one engine at a time;
+- the tests on the session's control plane (`kube_cluster`) form one group: each worker that ran one would
+  start a control plane of its own, and each holds both images on each of its three nodes' containerd (about
+  12 GB of disk), beside those that test_chart_install and test_demo start; with a control plane per worker,
+  a run with other work on the machine filled its disk ("no space left on device" while importing images).
+The longest groups start first, so that no worker is left with a long one at the end while the other has
+nothing to do.
 
 xdist's own `--dist loadgroup` would do the grouping from `xdist_group` marks, but it works by appending the
 group to each test's node ID, which pytest 9.2 no longer allows (the marks are silently ignored:
@@ -18,25 +23,29 @@ from xdist.scheduler import LoadFileScheduling
 
 VLLM_FOLDER = "tests/integration/vllm/"
 VLLM_GROUP = "vllm"
+SESSION_CLUSTER_FOLDERS = ("tests/integration/operator/", "tests/integration/cluster/")
+SESSION_CLUSTER_GROUP = "session control plane"
+# In those folders, but on control planes of their own only: they may run beside the group.
+OWN_CLUSTERS_ONLY = ("tests/integration/cluster/test_chart_install.py", "tests/integration/cluster/test_demo.py")
 # Seconds each of the longest groups took in a serial run (--durations, summed per file), only to start them
 # first; groups not named here follow, in collection order.
 LONGEST_GROUPS = {
+    SESSION_CLUSTER_GROUP: 1750,
     VLLM_GROUP: 800,
-    "tests/integration/operator/test_kueue_queueing.py": 500,
-    "tests/integration/operator/test_operator_e2e.py": 320,
-    "tests/integration/cluster/test_containers_runtime.py": 260,
     "tests/integration/cluster/test_chart_install.py": 230,
     "tests/integration/cluster/test_demo.py": 170,
-    "tests/integration/cluster/test_kueue.py": 110,
-    "tests/integration/operator/test_benchmark_pod_identity.py": 90,
     "tests/integration/runner/test_faults.py": 85,
 }
 
 
 def group_of(nodeid: str) -> str:
-    """A test's group: its file (relative to the repository), or VLLM_GROUP for every real-engine test."""
+    """A test's group: VLLM_GROUP, SESSION_CLUSTER_GROUP, or its file (relative to the repository)."""
     path = nodeid.split("::", 1)[0]
-    return VLLM_GROUP if path.startswith(VLLM_FOLDER) else path
+    if path.startswith(VLLM_FOLDER):
+        return VLLM_GROUP
+    if path.startswith(SESSION_CLUSTER_FOLDERS) and path not in OWN_CLUSTERS_ONLY:
+        return SESSION_CLUSTER_GROUP
+    return path
 
 
 class LongestGroupsFirst(LoadFileScheduling):  # type: ignore[misc]  # xdist has no type information
