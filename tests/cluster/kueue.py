@@ -1,7 +1,7 @@
 """Kueue's manager, built from its Go module by `build`, run as a local process against a ControlPlane.
 
 It manages `batch/v1` Jobs that are created suspended with the `kueue.x-k8s.io/queue-name` label, admits them
-against ClusterQueue quotas and unsuspends them; the node agent then runs their pods. No webhooks are
+against ClusterQueue quotas and unsuspends them; the nodes' kubelets then run their pods. No webhooks are
 registered with the API server (tests/cluster/README.md says why); its visibility server (queue positions) is
 registered as an APIService, served through the API server's aggregation layer. Kueue acts as the cluster's
 admin.
