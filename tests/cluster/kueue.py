@@ -308,7 +308,7 @@ def cluster_queue(
     preemption: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ClusterQueue with `gpus` GPUs of quota in `flavor`, open to every namespace. It covers CPU and memory
-    too, with more quota than the fake nodes hold (GPUs are what it rations): Kueue admits no Workload that
+    too, with more quota than the nodes hold (GPUs are what it rations): Kueue admits no Workload that
     requests a resource its ClusterQueue does not cover, and every benchmark pod requests CPU and memory."""
     quota: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": gpus}
     if borrowing_limit is not None:
