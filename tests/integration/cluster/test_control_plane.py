@@ -13,7 +13,7 @@ from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster import images, processes
-from tests.cluster.controlplane import GPU_TOLERATION, ControlPlane, locate_runtime_binaries
+from tests.cluster.controlplane import GPU_TAINT, GPU_TOLERATION, ControlPlane, locate_runtime_binaries
 from tests.cluster.fixtures import KubeCluster, required_binaries, required_runtime
 from tests.cluster.ociarchive import write_image_archive
 from tests.integration.cluster.containers import container_process, cpu_weight, process_gone
@@ -226,6 +226,11 @@ def test_job_runs_on_a_gpu_node_and_completes(kube_cluster: KubeCluster, kube_na
     assert pod is not None
     assert pod.spec is not None
     assert pod.spec.node_name in kube_cluster.gpu_node_names
+    # The node as the kubelet registered it, with the fake GPUs' capacity and taint the control plane adds.
+    node = kube_cluster.request("GET", f"/api/v1/nodes/{pod.spec.node_name}")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(kube_cluster.gpus_per_node)
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert GPU_TAINT in node["spec"]["taints"]
     assert pod.status is not None
     assert pod.status.phase == "Succeeded"
     assert pod.metadata is not None
