@@ -20,6 +20,7 @@ from tests.cluster import images
 from tests.cluster.controlplane import GPU_TOLERATION, locate_runtime_binaries
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.ociarchive import write_image_archive
+from tests.integration.cluster.containers import container_process, ids
 from tests.integration.operator.conftest import (
     OperatorProcess,
     benchmark,
@@ -63,27 +64,6 @@ def pod_of(cluster: KubeCluster, namespace: str, name: str) -> Any:
         .items
     )
     return pods[0] if pods else None
-
-
-def container_process(pod_uid: str, *words: str) -> int | None:
-    """The PID (on this machine) of a process of the pod whose command line holds every word."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cgroups = (entry / "cgroup").read_text()
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"pod{pod_uid}" in cgroups and all(word.encode() in command for word in words):
-            return int(entry.name)
-    return None
-
-
-def ids(pid: int) -> tuple[list[int], list[int]]:
-    """The process' real, effective, saved and file-system UIDs, and GIDs."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return [int(value) for value in fields["Uid"].split()], [int(value) for value in fields["Gid"].split()]
 
 
 # First in this module: the module's `operator` (a process, watching every namespace) must not run beside it.

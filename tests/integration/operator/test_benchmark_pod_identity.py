@@ -17,7 +17,8 @@ from batchmark.operator.children import RUNNER_CONTAINER
 from batchmark.runner.statuswriter import read_report_config_map
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
-from tests.integration.cluster.test_containers_runtime import WRITES, container_process, ids, pod_of
+from tests.integration.cluster.containers import container_process, ids
+from tests.integration.cluster.test_containers_runtime import WRITES, pod_of
 from tests.integration.operator.conftest import (
     OperatorProcess,
     example,

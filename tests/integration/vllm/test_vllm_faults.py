@@ -103,6 +103,8 @@ def test_the_engine_core_dying_while_loading_fails_the_load(vllm_setup: VllmSetu
     # is there only when its check reads it after the reaping: "{}" was seen too, so it is not asserted.
     assert "the engine failed to load" in outcome.message, outcome.stderr
     assert "Engine core initialization failed" in outcome.message, outcome.stderr
+    [said] = [line for line in outcome.stderr.splitlines() if line.startswith("batchmark run: error: the engine")]
+    assert said.count("failed") == 2, said  # the runner's word and vLLM's, each once
     assert_outputs(outputs, complete=False, benchmarks=0, stop_reason="the engine failed to load")
 
 

@@ -293,7 +293,7 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, b
     try:
         backend.validate()
     except Exception as error:
-        conn.send(LoadFailed(f"loading the {config.engine} engine failed: {type(error).__name__}: {error}"))
+        conn.send(LoadFailed(f"{config.engine}: {type(error).__name__}: {error}"))
         return
     engine = backend._ensure_engine()
     if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):

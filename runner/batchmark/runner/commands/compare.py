@@ -63,9 +63,7 @@ def noise_lines(reports: list[tuple[str, RunReport]]) -> list[str]:
     lines: list[str] = []
     for label, report in others:
         if not base.repeated or not report.repeated:
-            lines.append(
-                f"{label} against {base_label}: no intervals to compare (run both with --repeats 2 or more)"
-            )
+            lines.append(f"{label} against {base_label}: no intervals to compare (run both with --repeats 2 or more)")
             continue
         theirs = {_key(entry): entry for entry in report.repeated}
         for entry in base.repeated:
@@ -86,9 +84,7 @@ def noise_lines(reports: list[tuple[str, RunReport]]) -> list[str]:
                     if verdict
                     else "within noise (intervals overlap)"
                 )
-                lines.append(
-                    f"{label} against {base_label}, {name}, {figure}: {_shown(b)} against {_shown(a)}: {said}"
-                )
+                lines.append(f"{label} against {base_label}, {name}, {figure}: {_shown(b)} against {_shown(a)}: {said}")
     return lines
 
 

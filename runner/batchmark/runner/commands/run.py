@@ -108,7 +108,7 @@ def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report
         else:
             print_plain(console, f"wrote {output}")
     if runner.failure is not None:
-        print_error(console, "run", runner.failure, label="the engine failed")
+        print_error(console, "run", runner.failure)  # it says "the engine failed…" itself
         return EXIT_ENGINE_FAILED
     return EXIT_OUTPUT_FAILED if failed_outputs else 0
 
