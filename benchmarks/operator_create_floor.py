@@ -1,8 +1,8 @@
 """How fast this machine's API server lets the operator create benchmarks: the floor under apply -> Job.
 
 The operator scale benchmark (operator_scale.py) measures apply -> Job created with everything running: kopf,
-the node agent and up to 16 benchmark processes. This one asks what the API server alone allows. It starts
-its own control plane (tests/cluster, no node agent, so no benchmark ever runs), applies N BatchBenchmarks as
+the nodes' kubelets and up to 16 benchmark containers. This one asks what the API server alone allows. It starts
+its own control plane (tests/cluster, without nodes, so no benchmark ever runs), applies N BatchBenchmarks as
 fast as the API server takes them, and hands each, as soon as it exists, to the operator's own creation path
 (``Reconciler.ensure``: the Pending status, the five children, the Job, the Scheduling status) on a pool of
 threads, without kopf. Apply -> Job here is the least that apply -> Job can be for the same number of
@@ -100,7 +100,10 @@ def main() -> int:
     parser.add_argument("--benchmarks", type=int, default=200)
     parser.add_argument("--threads", default="16", help="comma-separated thread counts, one run each")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="batchmark-floor-") as directory, ControlPlane(Path(directory)) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="batchmark-floor-") as directory,
+        ControlPlane(Path(directory), runtime="no-nodes") as cluster,
+    ):
         cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
         cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         for threads in (int(value) for value in args.threads.split(",")):

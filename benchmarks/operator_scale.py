@@ -1,12 +1,13 @@
 """The operator under load: N BatchBenchmarks applied at once on the local control plane's 16 fake GPUs.
 
-Starts its own control plane (tests/cluster) and `batchmark operator` as a real process, creates N simulated
-benchmarks (one GPU each, short runs) as fast as the API server takes them, and records from watches:
-apply -> Job created, Job finished -> phase Succeeded (both also from the objects' own timestamps, whole
-seconds, which no lag of this script's watches can inflate), the time to drain all, how many ran at once, and the
-operator's peak RSS (VmHWM) and CPU seconds (user + system, all its threads: its own cost, whatever else the
-machine runs), its reconciles (count and mean duration, from its /metrics), and the load average before and
-after. Prints one JSON object.
+Starts its own control plane (tests/cluster: its nodes real kubelets over containerd, the runner image built from
+the Dockerfile and put on them, so each benchmark runs in a container of it) and `batchmark operator` as a real
+process, creates N simulated benchmarks (one GPU each, short runs) as fast as the API server takes them, and
+records from watches: apply -> Job created, Job finished -> phase Succeeded (both also from the objects' own
+timestamps, whole seconds, which no lag of this script's watches can inflate), the time to drain all, how many ran
+at once, and the operator's peak RSS (VmHWM) and CPU seconds (user + system, all its threads: its own cost,
+whatever else the machine runs), its reconciles (count and mean duration, from its /metrics), and the load average
+before and after. Prints one JSON object.
 
 --profile FILE attaches py-spy to the operator (sampling from outside, non-blocking) and writes its stacks in
 py-spy's raw (collapsed) format, to see where the operator's time goes.
@@ -17,6 +18,9 @@ apply -> admitted (Kueue unsuspends the Job) and apply -> phase Succeeded.
 
     PYTHONPATH=. .venv/bin/python benchmarks/operator_scale.py --benchmarks 200
     PYTHONPATH=. .venv/bin/python benchmarks/operator_scale.py --benchmarks 200 --kueue
+
+Needs what the containers runtime needs (scripts/setup/cluster.sh, and podman with the images' inputs:
+scripts/setup/images.sh).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from kubernetes import watch
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.cluster import images
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor
 
@@ -196,7 +201,7 @@ def stamp(value: str | None) -> float | None:
 
 def api_requests(cluster: ControlPlane) -> dict[str, int]:
     """The API server's requests so far by verb and resource (its ``apiserver_request_total``, summed over
-    codes and scopes), the most first: what the operator, the controllers, the node agent and the runners
+    codes and scopes), the most first: what the operator, the controllers, the kubelets and the runners
     together ask of it under load."""
     counts: dict[str, int] = {}
     for family in text_string_to_metric_families(cluster.kubectl("get", "--raw", "/metrics").stdout):
@@ -303,8 +308,11 @@ def main() -> int:
     parser.add_argument("--kueue", action="store_true", help="queue them through the real Kueue (16 GPUs of quota)")
     parser.add_argument("--profile", type=Path, metavar="FILE", help="write py-spy's raw stacks of the operator here")
     args = parser.parse_args()
+    # Built before the cluster starts: seconds while the tree is unchanged, minutes the first time.
+    runner_archive = images.saved_archive(images.build("runner"))
     with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
-        cluster.start_node_agent()
+        # The benchmarks name no image: the operator's default, one of the names the image is put under.
+        cluster.load_images([runner_archive], {images.TAGS["runner"]: images.default_names("runner")})
         cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
         cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         namespace = "scale"

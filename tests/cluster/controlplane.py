@@ -1,6 +1,7 @@
 """A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager and
-kube-scheduler, with fake GPU nodes (and one plain node) whose pods the node agent runs as local processes,
-or (runtime="containers") with real kubelets over containerd that run them as containers (kubelets.py).
+kube-scheduler, with nodes that are real kubelets over containerd running pods as containers of their images
+(kubelets.py): two with fake GPUs and one plain node. Or (runtime="no-nodes") with no nodes at all, for tests
+and benchmarks that need only the API server: their pods stay Pending.
 
 Used by the `kube_cluster` pytest fixture and by the `up`, `down` and `demo` scripts next to this file.
 Run `scripts/setup/cluster.sh` once first: it installs etcd and builds the Kubernetes binaries.
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tests.cluster import processes
 from tests.cluster.pki import FRONT_PROXY_CLIENT_NAME, CertificatePair, ClusterPki, make_cluster_pki
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from tests.cluster.kubelets import KubeletNode, PodNetwork, RuntimeBinaries
 
 CLUSTER_DIRECTORY = Path(__file__).resolve().parent
-NODE_AGENT_SCRIPT = CLUSTER_DIRECTORY / "nodeagent.py"
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -209,60 +209,6 @@ def node_manifest(name: str, gpus: int, gpu_product: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
-def node_status(gpus: int) -> dict[str, Any]:
-    """The status part: capacity, allocatable and a Ready condition, as a kubelet reports them."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "500Gi"}
-    if gpus:
-        resources["nvidia.com/gpu"] = str(gpus)
-    conditions = [
-        {
-            "type": condition_type,
-            "status": "False",
-            "reason": reason,
-            "message": message,
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-        for condition_type, reason, message in (
-            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        )
-    ]
-    conditions.append(
-        {
-            "type": "Ready",
-            "status": "True",
-            "reason": "KubeletReady",
-            "message": "batchmark node agent is posting ready status",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-    )
-    return {
-        "capacity": resources,
-        "allocatable": resources,
-        "conditions": conditions,
-        "addresses": [
-            {"type": "InternalIP", "address": "127.0.0.1"},
-            {"type": "Hostname", "address": "localhost"},
-        ],
-        "nodeInfo": {
-            "architecture": "amd64",
-            "operatingSystem": "linux",
-            "kubeletVersion": kubernetes_version(),
-            "containerRuntimeVersion": "batchmark-nodeagent://local-process",
-            "kernelVersion": os.uname().release,
-            "osImage": "batchmark fake node",
-            "kubeProxyVersion": "",
-            "machineID": "",
-            "systemUUID": "",
-            "bootID": "",
-        },
-    }
-
-
 @dataclass
 class ClusterLayout:
     """The files of one run, all under its run directory."""
@@ -286,10 +232,6 @@ class ClusterLayout:
         return self.run_directory / "admin.kubeconfig"
 
     @property
-    def node_agent_directory(self) -> Path:
-        return self.run_directory / "nodeagent"
-
-    @property
     def state_file(self) -> Path:
         return self.run_directory / "cluster.json"
 
@@ -305,14 +247,13 @@ class ControlPlane:
     cpu_node_names: tuple[str, ...] = ("cpu-node-0",)
     gpus_per_node: int = 8
     gpu_product: str = DEFAULT_GPU_PRODUCT
-    # "agent": fake nodes whose pods the node agent runs as processes (start_node_agent). "containers": a real
-    # kubelet and containerd per node, started with the control plane, running pods as containers of their
-    # images (load_images puts images on the nodes).
-    runtime: str = "agent"
+    # "containers": a real kubelet and containerd per node, started with the control plane, running pods as
+    # containers of their images (load_images puts images on the nodes). "no-nodes": no node at all, for
+    # tests and benchmarks that need only the API server; a pod is never scheduled and stays Pending.
+    runtime: Literal["containers", "no-nodes"] = "containers"
     server: str = ""
     _pki: ClusterPki | None = None
     _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    _node_agent: processes.ProcessRecord | None = None
     _network: PodNetwork | None = None
     _kubelet_nodes: list[KubeletNode] = field(default_factory=list)
 
@@ -343,7 +284,7 @@ class ControlPlane:
         self.stop()
 
     def start(self, timeout_seconds: float = 120) -> None:
-        """Start everything, create the fake GPU nodes and wait until pods can be created."""
+        """Start everything, and the nodes (containers runtime), and wait until pods can be created."""
         self.run_directory.mkdir(parents=True, exist_ok=True)
         # Ports are picked free just before use; another run may still grab one in between, which shows as
         # an early exit of the component, so such a start is retried with new ports.
@@ -416,7 +357,7 @@ class ControlPlane:
                 f"--service-cluster-ip-range={service_range}",
                 # No kubelets or kube-proxy serve the `kubernetes` Service's endpoints here.
                 "--endpoint-reconciler-type=none",
-                # Every fake node is this machine; its address is 127.0.0.1 whatever names it has.
+                # Every node's kubelet listens on the pod network's gateway, its InternalIP.
                 "--kubelet-preferred-address-types=InternalIP",
                 f"--kubelet-certificate-authority={pki.ca.certificate}",
                 # The aggregation layer (APIServices such as Kueue's visibility API): the API server proxies to
@@ -453,8 +394,8 @@ class ControlPlane:
             [
                 str(self.binaries.kube_controller_manager),
                 f"--kubeconfig={self.run_directory / 'controller-manager.kubeconfig'}",
-                # Without kubelets the node lifecycle controller would mark the fake nodes NotReady and
-                # evict their pods.
+                # Off: the control plane sets the nodes' taints itself (_start_kubelet_nodes), and a
+                # kubelet's heartbeat late on a loaded machine must not get its pods evicted.
                 "--controllers=*,-node-lifecycle-controller",
                 "--use-service-account-credentials=true",
                 f"--root-ca-file={pki.ca.certificate}",
@@ -481,8 +422,6 @@ class ControlPlane:
 
         if self.runtime == "containers":
             self._start_kubelet_nodes(apiserver_port, deadline)
-        else:
-            self.create_nodes()
         # The service-account controller creates `default` in each namespace; its presence shows the
         # controller manager works, and pods cannot be created before it exists.
         self._wait_until(
@@ -550,33 +489,10 @@ class ControlPlane:
 
     @property
     def node_names(self) -> tuple[str, ...]:
+        """The nodes' names; none without nodes (runtime="no-nodes")."""
+        if self.runtime == "no-nodes":
+            return ()
         return self.gpu_node_names + self.cpu_node_names
-
-    def create_nodes(self) -> None:
-        """Register the fake nodes (idempotent)."""
-        for name in self.node_names:
-            gpus = self.gpus_per_node if name in self.gpu_node_names else 0
-            try:
-                self.request("POST", "/api/v1/nodes", node_manifest(name, gpus, self.gpu_product))
-            except urllib.error.HTTPError as error:
-                if error.code != 409:
-                    raise
-            # Admission taints every new node not-ready; the node lifecycle controller, which is off here,
-            # would lift that taint once the node reports Ready. Setting the taints lifts it.
-            manifest = node_manifest(name, gpus, self.gpu_product)
-            self.request(
-                "PATCH",
-                f"/api/v1/nodes/{name}",
-                {"spec": {"taints": manifest["spec"].get("taints")}},
-                "application/merge-patch+json",
-            )
-            # A kubelet sets the status through the status subresource; creation may drop it.
-            self.request(
-                "PATCH",
-                f"/api/v1/nodes/{name}/status",
-                {"status": node_status(gpus)},
-                "application/merge-patch+json",
-            )
 
     def _start_kubelet_nodes(self, apiserver_port: int, deadline: float) -> None:
         """A containerd and a kubelet per node; each node, once its kubelet registered it, gets the fake GPUs'
@@ -611,8 +527,8 @@ class ControlPlane:
             node.write_record()
             node.start_kubelet(
                 self.kubeconfig,
-                self.pki.node_agent.certificate,
-                self.pki.node_agent.key,
+                self.pki.kubelet.certificate,
+                self.pki.kubelet.key,
                 self.layout.log_directory,
                 self.layout.pid_directory,
             )
@@ -659,45 +575,6 @@ class ControlPlane:
         )
         return ApiClient(configuration)
 
-    def start_node_agent(self, timeout_seconds: float = 30, images: Sequence[str] = ()) -> None:
-        """Start the node agent that runs the fake nodes' pods as local processes.
-
-        images: present on the nodes besides the project's own (nodeagent.PROJECT_IMAGES); no other image
-        can be pulled."""
-        if self._node_agent is not None and processes.is_alive(self._node_agent):
-            return
-        directory = self.layout.node_agent_directory
-        ready_file = directory / "ready"
-        ready_file.unlink(missing_ok=True)
-        command = [sys.executable, str(NODE_AGENT_SCRIPT), "--kubeconfig", str(self.kubeconfig)]
-        command += ["--work-dir", str(directory), "--pid-dir", str(self.layout.pid_directory)]
-        command += ["--ready-file", str(ready_file)]
-        command += ["--tls-cert-file", str(self.pki.node_agent.certificate)]
-        command += ["--tls-private-key-file", str(self.pki.node_agent.key)]
-        for node in self.node_names:
-            command += ["--node", node]
-        for image in images:
-            command += ["--image", image]
-        process, record = processes.start_detached(
-            "nodeagent", command, self.layout.log_directory / "nodeagent.log", self.layout.pid_directory
-        )
-        self._node_agent = record
-        deadline = time.monotonic() + timeout_seconds
-        while not ready_file.exists():
-            if process.poll() is not None:
-                log = (self.layout.log_directory / "nodeagent.log").read_text(errors="replace")[-3000:]
-                raise ClusterError(f"the node agent exited with status {process.returncode}:\n{log}")
-            if time.monotonic() > deadline:
-                raise ClusterError("timed out waiting for the node agent to start")
-            time.sleep(0.05)
-
-    def stop_node_agent(self) -> None:
-        """Stop the node agent; it stops the processes of the pods it runs."""
-        if self._node_agent is not None:
-            processes.stop(self._node_agent, grace_seconds=15)
-            processes.forget(self.layout.pid_directory, self._node_agent)
-            self._node_agent = None
-
     def kubectl(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the built kubectl as the admin; output captured as text."""
         return subprocess.run(
@@ -736,10 +613,6 @@ class ControlPlane:
             timeout=300,
         )
 
-    @property
-    def node_agent_running(self) -> bool:
-        return self._node_agent is not None and processes.is_alive(self._node_agent)
-
     def stop(self) -> None:
         """Stop every recorded process of this run, newest first, and collect our children."""
         if self.runtime == "containers":
@@ -753,7 +626,6 @@ class ControlPlane:
                 process.kill()
                 process.wait()
         self._children.clear()
-        self._node_agent = None
 
 
 def _stop_kubelet_nodes(run_directory: Path, pid_directory: Path) -> None:
@@ -785,11 +657,9 @@ def _command_up(arguments: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 1
     started = time.monotonic()
-    control_plane = ControlPlane(run_directory, binaries, runtime="containers" if arguments.containers else "agent")
+    control_plane = ControlPlane(run_directory, binaries, runtime="no-nodes" if arguments.no_nodes else "containers")
     try:
         control_plane.start()
-        if not arguments.no_node_agent and not arguments.containers:
-            control_plane.start_node_agent()
         if arguments.images:
             _load_project_images(control_plane)
     except (ClusterError, RuntimeError) as error:
@@ -829,22 +699,19 @@ def _command_down(arguments: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up", help="start a control plane with fake GPU nodes and the node agent")
-    up.add_argument("--run-dir", required=True, help="folder for the PKI, data, logs and kubeconfig")
-    up.add_argument("--no-node-agent", action="store_true", help="do not run pods")
-    up.add_argument(
-        "--containers",
-        action="store_true",
-        help="real kubelets over containerd run the pods as containers of their images (see README.md)",
+    up = commands.add_parser(
+        "up", help="start a control plane whose nodes are real kubelets over containerd (fake GPUs on two)"
     )
+    up.add_argument("--run-dir", required=True, help="folder for the PKI, data, logs and kubeconfig")
+    up.add_argument("--no-nodes", action="store_true", help="no nodes: the API server only, pods stay Pending")
     up.add_argument(
-        "--images",
-        action="store_true",
-        help="with --containers: build the runner and operator images and put them on the nodes",
+        "--images", action="store_true", help="build the runner and operator images and put them on the nodes"
     )
     down = commands.add_parser("down", help="stop every process a control plane started")
     down.add_argument("--run-dir", required=True)
     arguments = parser.parse_args(argv)
+    if arguments.command == "up" and arguments.images and arguments.no_nodes:
+        parser.error("--images puts images on the nodes; --no-nodes starts none")
     if arguments.command == "up":
         return _command_up(arguments)
     return _command_down(arguments)

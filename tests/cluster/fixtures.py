@@ -100,18 +100,6 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
         control_plane.stop()
 
 
-def node_agent_cluster(run_directory: Path) -> Iterator[KubeCluster]:
-    """A control plane whose fake nodes' pods the node agent runs as processes of this machine (runtime="agent"),
-    for the tests of the node agent itself, until it goes."""
-    control_plane = ControlPlane(run_directory, required_binaries())
-    try:
-        control_plane.start()
-        control_plane.start_node_agent()
-        yield control_plane
-    finally:
-        control_plane.stop()
-
-
 @pytest.fixture(scope="session")
 def operator_image(kube_cluster: KubeCluster) -> str:
     """The operator image built from the Dockerfile and put on the session's nodes (for `helm install`)."""

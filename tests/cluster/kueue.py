@@ -1,7 +1,7 @@
 """Kueue's manager, built from its Go module by `build`, run as a local process against a ControlPlane.
 
 It manages `batch/v1` Jobs that are created suspended with the `kueue.x-k8s.io/queue-name` label, admits them
-against ClusterQueue quotas and unsuspends them; the node agent then runs their pods. No webhooks are
+against ClusterQueue quotas and unsuspends them; the nodes' kubelets then run their pods. No webhooks are
 registered with the API server (tests/cluster/README.md says why); its visibility server (queue positions) is
 registered as an APIService, served through the API server's aggregation layer. Kueue acts as the cluster's
 admin.
@@ -308,7 +308,7 @@ def cluster_queue(
     preemption: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ClusterQueue with `gpus` GPUs of quota in `flavor`, open to every namespace. It covers CPU and memory
-    too, with more quota than the fake nodes hold (GPUs are what it rations): Kueue admits no Workload that
+    too, with more quota than the nodes hold (GPUs are what it rations): Kueue admits no Workload that
     requests a resource its ClusterQueue does not cover, and every benchmark pod requests CPU and memory."""
     quota: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": gpus}
     if borrowing_limit is not None:

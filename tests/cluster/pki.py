@@ -41,9 +41,8 @@ class ClusterPki:
 
     ca: CertificatePair
     apiserver: CertificatePair
-    # Served where the API server expects the nodes' kubelets (for `kubectl logs`): by the node agent, or by
-    # the real kubelets of the `containers` runtime.
-    node_agent: CertificatePair
+    # Served by the nodes' kubelets, where the API server reaches them (`kubectl logs`, `exec`).
+    kubelet: CertificatePair
     admin: CertificatePair
     controller_manager: CertificatePair
     scheduler: CertificatePair
@@ -209,10 +208,10 @@ def make_cluster_pki(directory: Path, extra_addresses: Sequence[str] = ()) -> Cl
         alternative_names=serving_names,
     )
 
-    node_agent = _issue(
+    kubelet = _issue(
         directory,
-        "nodeagent",
-        _name("batchmark-nodeagent"),
+        "kubelet",
+        _name("batchmark-kubelet"),
         ExtendedKeyUsageOID.SERVER_AUTH,
         ca_key=ca_key,
         ca_certificate=ca_certificate,
@@ -262,7 +261,7 @@ def make_cluster_pki(directory: Path, extra_addresses: Sequence[str] = ()) -> Cl
     return ClusterPki(
         ca=ca,
         apiserver=apiserver,
-        node_agent=node_agent,
+        kubelet=kubelet,
         admin=admin,
         controller_manager=controller_manager,
         scheduler=scheduler,

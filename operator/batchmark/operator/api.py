@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__, contract
+from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS, MAX_LINGER_SECONDS
 from batchmark.runner.config import (
     MAX_CONSTRAINTS,
     MAX_REPEATS,
@@ -159,6 +160,14 @@ class MetricsOptions(ApiModel):
     )
     pushgateway: str | None = Field(
         default=None, pattern=r"^https?://", description="Pushgateway URL the final results are pushed to."
+    )
+    linger_seconds: float = Field(
+        default=DEFAULT_LINGER_SECONDS,
+        ge=0,
+        le=MAX_LINGER_SECONDS,
+        description="Seconds the runner keeps serving /metrics after its run, so that Prometheus scrapes the final "
+        "values (`batchmark run --metrics-linger`). The pod, and its GPUs, are held that much longer: at least one "
+        "scrape interval where Prometheus scrapes the pod, 0 where nothing does.",
     )
 
 

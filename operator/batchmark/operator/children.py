@@ -170,6 +170,7 @@ def job(
     ports: list[dict[str, Any]] = []
     if spec.metrics.enabled:
         command += ["--metrics-address", "0.0.0.0", "--metrics-port", str(spec.metrics.port)]
+        command += ["--metrics-linger", repr(spec.metrics.linger_seconds)]
         ports.append({"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"})
     if spec.metrics.pushgateway:
         command += ["--pushgateway", spec.metrics.pushgateway]

@@ -41,8 +41,8 @@ def register_manifest(commands: Subparsers) -> None:
         add_help=False,
         help="print a BatchBenchmark for the benchmark that `batchmark run` would run",
         description="Take exactly the options of `batchmark run` (or --config) and print the BatchBenchmark that "
-        "runs the same benchmark on a cluster: batchmark manifest ... | kubectl apply -f -. --output, --quiet, "
-        "--metrics-address and --metrics-linger have no meaning in a pod and are left out.",
+        "runs the same benchmark on a cluster: batchmark manifest ... | kubectl apply -f -. --output, --quiet and "
+        "--metrics-address have no meaning in a pod and are left out.",
     )
     parser.add_argument("--namespace", "-n", help="namespace written into the manifest (default: none)")
     parser.add_argument("--image", help="runner image (default: the operator's)")

@@ -17,8 +17,8 @@ from batchmark.runner.configload import UsageError, load_config
 from batchmark.runner.console import print_error
 from batchmark.runner.contract import EXIT_USAGE
 
-# What a pod runs as `batchmark run` options; --output, --quiet, --metrics-address and --metrics-linger are the
-# laptop's (README, `batchmark manifest`), and the pod's own are set by the operator.
+# What a pod runs as `batchmark run` options; --output, --quiet and --metrics-address are the laptop's (README,
+# `batchmark manifest`), and the pod's own are set by the operator.
 _BENCHMARK_FIELDS = {"backend", "data", "profile", "constraints", "sweep", "slo", "cost", "repeats"}
 
 
@@ -40,6 +40,8 @@ def manifest(config: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
         metrics["port"] = args.metrics_port
     if args.pushgateway:
         metrics["pushgateway"] = args.pushgateway
+    if args.metrics_linger is not None:
+        metrics["lingerSeconds"] = args.metrics_linger
     if metrics:
         spec["metrics"] = metrics
     try:

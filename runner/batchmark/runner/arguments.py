@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import urllib.parse
+from typing import Final
 
 
 def port_number(text: str) -> int:
@@ -17,7 +18,8 @@ def port_number(text: str) -> int:
     return port
 
 
-MAX_LINGER_SECONDS = 3600.0  # an hour: far beyond any scrape interval
+DEFAULT_LINGER_SECONDS: Final = 15.0  # Prometheus' default scrape interval: the last values get scraped once
+MAX_LINGER_SECONDS: Final = 3600.0  # an hour: far beyond any scrape interval
 
 
 def linger_seconds(text: str) -> float:

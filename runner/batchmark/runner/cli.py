@@ -11,11 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchmark.runner import __version__
-from batchmark.runner.arguments import http_url, linger_seconds, port_number
+from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
 from batchmark.runner.commands import compare, report, run
 from batchmark.runner.config import MAX_REPEATS, MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS
 from batchmark.runner.shutdown import Shutdown
 from batchmark.runner.statuswriter import StatusWriter
 
@@ -101,7 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--metrics-linger",
         type=linger_seconds,
-        default=DEFAULT_LINGER_SECONDS,
         metavar="SECONDS",
         help="keep serving metrics this long after the run, so the last values are scraped (default: "
         f"{DEFAULT_LINGER_SECONDS:g}, one default scrape interval; a signal ends it early)",

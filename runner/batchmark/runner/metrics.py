@@ -67,7 +67,6 @@ OVERHEAD_BUCKETS: Final[tuple[float, ...]] = (
     0.25,
     1.0,
 )
-DEFAULT_LINGER_SECONDS: Final = 15.0  # Prometheus' default scrape interval: the last values get scraped once
 
 
 def batch_size_buckets(batch_size: int) -> tuple[float, ...]:

@@ -67,6 +67,8 @@ def apply_example(cluster: ControlPlane, tmp_path: Path, name: str, batch_size: 
     document = yaml.safe_load((ROOT / "examples" / "simulated-throughput.yaml").read_text())
     document["metadata"]["name"] = name
     document["spec"]["backend"]["batchSize"] = batch_size
+    # Prometheus here scrapes the operator's result gauges, not the benchmark pods: they end with their run.
+    document["spec"]["metrics"] = {"lingerSeconds": 0}
     manifest = tmp_path / f"{name}.yaml"
     manifest.write_text(yaml.safe_dump(document))
     cluster.kubectl("apply", "-n", BENCHMARKS, "-f", str(manifest))

@@ -13,13 +13,20 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from batchmark.operator.children import RUNNER_CONTAINER
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
-from batchmark.runner.statuswriter import read_report_config_map
 from tests.cluster import images
 from tests.cluster.controlplane import GPU_TOLERATION, locate_runtime_binaries
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.ociarchive import write_image_archive
+from tests.integration.cluster.benchmark_pods import (
+    WRITES,
+    apply_watched_benchmark,
+    assert_succeeds_with_results,
+    assert_writes_home_and_caches,
+    pod_of,
+    running_pod,
+)
+from tests.integration.cluster.containers import container_process, ids
 from tests.integration.operator.conftest import (
     OperatorProcess,
     benchmark,
@@ -33,57 +40,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "batchmark"
 
-# Every place the image's user writes: home, working directory, and the caches of vLLM, PyTorch, Triton and
-# Hugging Face, by the variables the image sets (a cache folder is made when absent, as the libraries do).
-WRITES = (
-    "set -e; "
-    + " && ".join(
-        f'mkdir -p "${variable}" && touch "${variable}/written"'
-        for variable in (
-            "HOME",
-            "XDG_CACHE_HOME",
-            "XDG_CONFIG_HOME",
-            "HF_HOME",
-            "VLLM_CACHE_ROOT",
-            "VLLM_CONFIG_ROOT",
-            "TORCHINDUCTOR_CACHE_DIR",
-            "TRITON_CACHE_DIR",
-        )
-    )
-    + " && touch ./written && echo written"
-)
 # OpenShift's restricted policy runs a pod as a UID from the namespace's range, with GID 0.
 ARBITRARY_UID = 1000640000
-
-
-def pod_of(cluster: KubeCluster, namespace: str, name: str) -> Any:
-    pods = (
-        CoreV1Api(cluster.api_client())
-        .list_namespaced_pod(namespace, label_selector=f"batchmark.dev/benchmark={name}")
-        .items
-    )
-    return pods[0] if pods else None
-
-
-def container_process(pod_uid: str, *words: str) -> int | None:
-    """The PID (on this machine) of a process of the pod whose command line holds every word."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cgroups = (entry / "cgroup").read_text()
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"pod{pod_uid}" in cgroups and all(word.encode() in command for word in words):
-            return int(entry.name)
-    return None
-
-
-def ids(pid: int) -> tuple[list[int], list[int]]:
-    """The process' real, effective, saved and file-system UIDs, and GIDs."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return [int(value) for value in fields["Uid"].split()], [int(value) for value in fields["Gid"].split()]
 
 
 # First in this module: the module's `operator` (a process, watching every namespace) must not run beside it.
@@ -145,16 +103,8 @@ def test_the_operators_job_runs_the_benchmark_in_the_runner_image_as_its_user(
     operator: OperatorProcess, container_namespace: str
 ) -> None:
     cluster, namespace, name = operator.cluster, container_namespace, "in-a-container"
-    manifest = example("simulated-throughput.yaml", name=name)
-    manifest["spec"]["image"] = images.TAGS["runner"]
-    # Long enough to look at it while it runs.
-    manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
-    manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 25}]
-    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
-    assert applied.returncode == 0, applied.stderr
-    wait_for_phase(cluster, namespace, name, {"Running"}, timeout_seconds=120)
-    pod = wait_for("the benchmark's pod", lambda: pod_of(cluster, namespace, name), 30)
-    pod_name: str = pod.metadata.name
+    apply_watched_benchmark(cluster, namespace, name, seconds=25, image=images.TAGS["runner"])
+    pod = running_pod(cluster, namespace, name)
 
     # `batchmark run` is a process in a container: the image's file system is its root, the pod's user its user.
     pid = wait_for("the runner's process", lambda: container_process(pod.metadata.uid, "run", "--config"), 60)
@@ -168,24 +118,8 @@ def test_the_operators_job_runs_the_benchmark_in_the_runner_image_as_its_user(
     with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=10) as answer:
         assert "batchmark_" in answer.read().decode()
 
-    # The pod's user writes its home, working directory and every cache the engines use.
-    written = cluster.kubectl(
-        "exec", "-n", namespace, pod_name, "-c", RUNNER_CONTAINER, "--", "sh", "-c", WRITES, check=False
-    )
-    assert written.returncode == 0, written.stderr
-    assert written.stdout.strip() == "written"
-
-    found = wait_for_phase(cluster, namespace, name, {"Succeeded", "Failed"}, timeout_seconds=180)
-    assert found["status"]["phase"] == "Succeeded", found["status"]
-    assert found["status"]["results"][0]["requests"]["completed"] > 0
-    # The full report in the results ConfigMap: only the runner writes it, through the API server it reaches
-    # from the pod's network at the `kubernetes` Service's address, with the pod's service-account token.
-    config_map = CoreV1Api(cluster.api_client()).read_namespaced_config_map(
-        found["status"]["resultsConfigMap"], namespace
-    )
-    report = read_report_config_map(config_map.to_dict())
-    assert report is not None
-    assert report.benchmarks[0].requests.completed > 0
+    assert_writes_home_and_caches(cluster, namespace, pod)
+    assert_succeeds_with_results(cluster, namespace, name)
 
 
 def test_the_runner_image_runs_a_benchmark_under_an_arbitrary_uid_with_gid_0(

@@ -1,12 +1,10 @@
-"""The local control plane behaves as a real cluster does, for what batchmark's operator relies on."""
+"""The local control plane behaves as a real cluster does, for what batchmark's operator relies on: the API server
+serves CRDs, and its nodes' kubelets run pods as containers of their images (the session's cluster, real kubelets
+over containerd) with what a kubelet does for a pod spec."""
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
-import time
-from collections.abc import Iterator
+import json
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,31 +12,24 @@ import pytest
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, V1Job, V1JobCondition, V1Pod
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster import processes
-from tests.cluster.controlplane import (
-    GPU_TOLERATION,
-    ClusterBinariesMissingError,
-    ControlPlane,
-    locate_binaries,
-)
-from tests.cluster.fixtures import KubeCluster, node_agent_cluster
+from tests.cluster import images, processes
+from tests.cluster.controlplane import GPU_TAINT, GPU_TOLERATION, ControlPlane, locate_runtime_binaries
+from tests.cluster.fixtures import KubeCluster, required_binaries, required_runtime
+from tests.cluster.ociarchive import write_image_archive
+from tests.integration.cluster.containers import container_process, cpu_weight, process_gone
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.cluster
 
-
-@pytest.fixture(scope="module")
-def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    """These tests are the node agent's (pods as processes of this machine, their files in this test's folders):
-    a control plane of their own on it, in place of the session's on real kubelets."""
-    yield from node_agent_cluster(tmp_path_factory.mktemp("agent-cluster"))
+RUNNER_IMAGE = images.TAGS["runner"]
 
 
 def python_job(name: str, code: str, **container_fields: Any) -> dict[str, Any]:
-    """A one-try Job for one GPU whose container runs `python -c code`, shaped as a benchmark Job."""
+    """A one-try Job for one GPU whose container runs `python -c code` in the runner image, shaped as a benchmark
+    Job."""
     container: dict[str, Any] = {
         "name": "main",
-        "image": "batchmark-runner:test",
+        "image": RUNNER_IMAGE,
         "command": ["python", "-c", code],
         "resources": {"limits": {"nvidia.com/gpu": "1"}},
         **container_fields,
@@ -57,10 +48,39 @@ def python_job(name: str, code: str, **container_fields: Any) -> dict[str, Any]:
     }
 
 
+def python_pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    """A pod that tolerates the GPU taint, ends quickly when deleted and, unless told, is not restarted."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [GPU_TOLERATION],
+            "containers": containers,
+            **spec,
+        },
+    }
+
+
+def python_container(name: str, code: str, *args: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "image": RUNNER_IMAGE, "command": ["python", "-c", code, *args], **fields}
+
+
 def create_job(client: ApiClient, namespace: str, manifest: dict[str, Any]) -> None:
     job = V1Job.from_dict(manifest)
     assert job is not None
     BatchV1Api(client).create_namespaced_job(namespace, job)
+
+
+def create_pod(cluster: KubeCluster, namespace: str, pod: dict[str, Any]) -> None:
+    cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+
+
+def read_pod(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    return found
 
 
 def job_conditions(client: ApiClient, namespace: str, name: str) -> list[V1JobCondition]:
@@ -90,6 +110,24 @@ def pod_phase(client: ApiClient, namespace: str, name: str) -> str | None:
 def job_pod(client: ApiClient, namespace: str, job_name: str) -> V1Pod | None:
     pods = CoreV1Api(client).list_namespaced_pod(namespace, label_selector=f"job-name={job_name}").items
     return pods[0] if pods else None
+
+
+def container_status(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(status for status in pod["status"].get("containerStatuses", []) if status["name"] == name)
+
+
+def pod_events(cluster: KubeCluster, namespace: str, pod: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+    listing = cluster.request("GET", f"/api/v1/namespaces/{namespace}/events?fieldSelector={selector}")
+    events: list[dict[str, Any]] = listing["items"]
+    return events
+
+
+def has_event(events: list[dict[str, Any]], kind: str, reason: str, message_start: str) -> bool:
+    return any(
+        (event["type"], event["reason"]) == (kind, reason) and event["message"].startswith(message_start)
+        for event in events
+    )
 
 
 def test_crd_with_status_subresource_is_served_and_validated(
@@ -179,29 +217,32 @@ spec:
     assert listing.split() == ["widget.harness.batchmark.dev/good"]
 
 
-def test_job_runs_on_a_gpu_node_and_completes(kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path) -> None:
-    marker = tmp_path / "ran"
-    code = f"import pathlib, os; pathlib.Path({str(marker)!r}).write_text(os.environ['HOSTNAME'])"
+def test_job_runs_on_a_gpu_node_and_completes(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    code = "import os; print(os.environ['HOSTNAME'], os.getuid())"
     with kube_cluster.api_client() as client:
-        # The image's path of the program does not exist here; the agent runs the program of that name.
-        job = python_job("works", code, command=["/opt/image-only/bin/python", "-c", code])
-        create_job(client, kube_namespace, job)
+        create_job(client, kube_namespace, python_job("works", code))
         assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "works")) == "Complete"
         pod = job_pod(client, kube_namespace, "works")
     assert pod is not None
     assert pod.spec is not None
     assert pod.spec.node_name in kube_cluster.gpu_node_names
+    # The node as the kubelet registered it, with the fake GPUs' capacity and taint the control plane adds.
+    node = kube_cluster.request("GET", f"/api/v1/nodes/{pod.spec.node_name}")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(kube_cluster.gpus_per_node)
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert GPU_TAINT in node["spec"]["taints"]
     assert pod.status is not None
     assert pod.status.phase == "Succeeded"
     assert pod.metadata is not None
-    assert marker.read_text() == pod.metadata.name
+    # In the image, as its user (the Dockerfile's USER).
+    logs = kube_cluster.kubectl("logs", "-n", kube_namespace, "job/works").stdout.split()
+    assert logs == [pod.metadata.name, "10001"]
 
 
 def test_job_fails_on_a_nonzero_exit_with_the_termination_message(
     kube_cluster: KubeCluster, kube_namespace: str
 ) -> None:
     code = "import pathlib, sys; pathlib.Path('/dev/termination-log').write_text('out of tokens'); sys.exit(3)"
-    # The program writes its message where a container would; the agent maps that path for the process.
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, python_job("fails", code))
         assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "fails")) == "Failed"
@@ -214,10 +255,10 @@ def test_job_fails_on_a_nonzero_exit_with_the_termination_message(
     assert terminated is not None
     assert terminated.exit_code == 3
     assert terminated.reason == "Error"
+    assert terminated.message == "out of tokens"
 
 
 def test_termination_message_reaches_pod_status(kube_cluster: KubeCluster, kube_namespace: str) -> None:
-    # The message file's path comes through the environment, as a program that is told where to write it.
     code = "import os, pathlib; pathlib.Path(os.environ['MESSAGE_FILE']).write_text('tokens_per_second=1234.5')"
     job = python_job(
         "message",
@@ -238,25 +279,28 @@ def test_termination_message_reaches_pod_status(kube_cluster: KubeCluster, kube_
     assert state.terminated.reason == "Completed"
 
 
-def test_pod_sees_configmaps_secrets_and_its_service_account(
-    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
-) -> None:
-    report = tmp_path / "report"
-    kubectl = str(kube_cluster.binaries.kubectl)
-    code = f"""
-import os, pathlib, subprocess, sys
-config = pathlib.Path(sys.argv[1]).read_text()
-who = subprocess.run([{kubectl!r}, 'auth', 'whoami', '-o', 'jsonpath={{.status.userInfo.username}}'],
-                     capture_output=True, text=True, check=True).stdout
-pathlib.Path({str(report)!r}).write_text('|'.join([config, os.environ['TOKEN'], who, os.getcwd()]))
+# Who the pod's service-account token says it is, asked of the API server as in-cluster clients reach it.
+WHO_AM_I = """
+import json, os, ssl, urllib.request
+account = "/var/run/secrets/kubernetes.io/serviceaccount"
+server = f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}"
+body = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode()
+request = urllib.request.Request(server + "/apis/authentication.k8s.io/v1/selfsubjectreviews", data=body)
+request.add_header("Content-Type", "application/json")
+request.add_header("Authorization", "Bearer " + open(account + "/token").read())
+context = ssl.create_default_context(cafile=account + "/ca.crt")
+with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+    who = json.load(answer)["status"]["userInfo"]["username"]
+print("|".join([open("config.yaml").read(), os.environ["TOKEN"], who, os.getcwd()]))
 """
+
+
+def test_pod_sees_configmaps_secrets_and_its_service_account(kube_cluster: KubeCluster, kube_namespace: str) -> None:
     kube_cluster.kubectl("create", "configmap", "bench-config", "-n", kube_namespace, "--from-literal=config.yaml=a: 1")
     kube_cluster.kubectl("create", "secret", "generic", "bench-secret", "-n", kube_namespace, "--from-literal=token=s3")
     job = python_job(
         "sees",
-        code,
-        # A mounted file's path reaches the program as an argument, as the runner gets its config.
-        args=["/etc/bench/config.yaml"],
+        WHO_AM_I,
         volumeMounts=[{"name": "config", "mountPath": "/etc/bench"}],
         env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "bench-secret", "key": "token"}}}],
         workingDir="/etc/bench",
@@ -265,42 +309,30 @@ pathlib.Path({str(report)!r}).write_text('|'.join([config, os.environ['TOKEN'], 
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, job)
         assert wait_for("the Job to finish", lambda: job_condition(client, kube_namespace, "sees")) == "Complete"
-    config, token, who, working_directory = report.read_text().split("|")
-    assert config == "a: 1"
-    assert token == "s3"
-    assert who == f"system:serviceaccount:{kube_namespace}:default"
-    assert working_directory.endswith("/volumes/config")
+    logs = kube_cluster.kubectl("logs", "-n", kube_namespace, "job/sees").stdout.strip()
+    assert logs.split("|") == ["a: 1", "s3", f"system:serviceaccount:{kube_namespace}:default", "/etc/bench"]
 
 
-def _pid_from(path: Path) -> int | None:
-    try:
-        return int(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
+LONG_RUNNER = "import time; time.sleep(600)"
 
 
-def _process_gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+def running_process(client: ApiClient, namespace: str, name: str) -> int:
+    """The PID (on this machine) of the pod's long-running container process, once the pod is Running."""
+    wait_for("the pod to be Running", lambda: pod_phase(client, namespace, name) == "Running")
+    pod = CoreV1Api(client).read_namespaced_pod(name, namespace)
+    uid = str(pod.metadata.uid if pod.metadata else "")
+    return wait_for("the container's process", lambda: container_process(uid, LONG_RUNNER), 30)
 
 
-LONG_RUNNER = "import os, pathlib, time; pathlib.Path({path!r}).write_text(str(os.getpid())); time.sleep(600)"
-
-
-def test_deleting_the_pod_kills_its_process(kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
+def test_deleting_the_pod_kills_its_process(kube_cluster: KubeCluster, kube_namespace: str) -> None:
     with kube_cluster.api_client() as client:
         core = CoreV1Api(client)
-        create_job(client, kube_namespace, python_job("killed", LONG_RUNNER.format(path=str(pid_file))))
-        pid = wait_for("the process to start", lambda: _pid_from(pid_file))
+        create_job(client, kube_namespace, python_job("killed", LONG_RUNNER))
         pod = wait_for("the pod", lambda: job_pod(client, kube_namespace, "killed"))
         name = str(pod.metadata.name if pod.metadata else "")
-        wait_for("the pod to be Running", lambda: pod_phase(client, kube_namespace, name) == "Running")
+        pid = running_process(client, kube_namespace, name)
         core.delete_namespaced_pod(name, kube_namespace)
-        wait_for("the process to end", lambda: _process_gone(pid), timeout_seconds=15)
+        wait_for("the process to end", lambda: process_gone(pid), timeout_seconds=15)
         wait_for(
             "the pod object to be removed",
             lambda: pod_phase(client, kube_namespace, name) is None,
@@ -308,68 +340,63 @@ def test_deleting_the_pod_kills_its_process(kube_cluster: KubeCluster, kube_name
         )
 
 
-def test_job_deadline_stops_the_pod(kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
-    job = python_job("deadline", LONG_RUNNER.format(path=str(pid_file)))
-    job["spec"]["activeDeadlineSeconds"] = 3
+def test_job_deadline_stops_the_pod(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    job = python_job("deadline", LONG_RUNNER)
+    job["spec"]["activeDeadlineSeconds"] = 10
     with kube_cluster.api_client() as client:
         create_job(client, kube_namespace, job)
-        pid = wait_for("the process to start", lambda: _pid_from(pid_file))
+        pod = wait_for("the pod", lambda: job_pod(client, kube_namespace, "deadline"))
+        pid = running_process(client, kube_namespace, str(pod.metadata.name if pod.metadata else ""))
         assert wait_for("the Job to fail", lambda: job_condition(client, kube_namespace, "deadline")) == "Failed"
         conditions = job_conditions(client, kube_namespace, "deadline")
         assert any(condition.reason == "DeadlineExceeded" for condition in conditions)
-    wait_for("the process to end", lambda: _process_gone(pid), timeout_seconds=15)
+    wait_for("the process to end", lambda: process_gone(pid), timeout_seconds=15)
 
 
 def test_the_harness_leaves_no_process_behind(tmp_path: Path) -> None:
-    try:
-        binaries = locate_binaries()
-    except ClusterBinariesMissingError as error:
-        if os.environ.get("BATCHMARK_REQUIRE_CLUSTER") == "1":
-            raise
-        pytest.skip(str(error))
+    binaries = required_binaries()
+    required_runtime()
     run_directory = tmp_path / "run"
-    pid_file = tmp_path / "pid"
-    control_plane = ControlPlane(run_directory, binaries, gpu_node_names=("lonely-gpu",), cpu_node_names=())
+    control_plane = ControlPlane(
+        run_directory, binaries, gpu_node_names=("lonely-gpu",), cpu_node_names=(), runtime="containers"
+    )
     recorded: list[processes.ProcessRecord] = []
+    node_folder: Path | None = None
+    pid = None
     try:
         control_plane.start()
-        control_plane.start_node_agent()
-        control_plane.request(
-            "POST",
-            "/api/v1/namespaces/default/pods",
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "sleeper"},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [GPU_TOLERATION],
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "batchmark-runner:test",
-                            "command": [sys.executable, "-c", LONG_RUNNER.format(path=str(pid_file))],
-                        }
-                    ],
-                },
-            },
+        # A one-file image (Kubernetes' pause program) is enough for a container that runs until it is killed.
+        image, archive = "localhost/batchmark-sleeper:test", tmp_path / "sleeper.tar"
+        pause = locate_runtime_binaries().pause
+        write_image_archive(archive, image, {"/pause": (pause, 0o755)}, ["/pause"], user="65535")
+        control_plane.load_images([archive])
+        create_pod(
+            control_plane,
+            "default",
+            python_pod("sleeper", [{"name": "main", "image": image, "command": ["/pause"]}]),
         )
-        wait_for("the pod's process", lambda: _pid_from(pid_file))
+        with control_plane.api_client() as client:
+            wait_for("the pod to be Running", lambda: pod_phase(client, "default", "sleeper") == "Running", 60)
+            uid = str(CoreV1Api(client).read_namespaced_pod("sleeper", "default").metadata.uid)  # type: ignore[union-attr]
+        pid = wait_for("the container's process", lambda: container_process(uid, "/pause"), 30)
         recorded = processes.read_records(run_directory / "pids")
+        node_folder = (run_directory / "nodes" / "lonely-gpu").resolve()
     finally:
         control_plane.stop()
     names = {record.name for record in recorded}
-    assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "nodeagent"} <= names
-    assert any(name.startswith("pod-") for name in names)
-    assert all(_process_gone(record.pid) for record in recorded)
-    pod_pid = _pid_from(pid_file)
-    assert pod_pid is not None
-    assert _process_gone(pod_pid)
+    assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} <= names
+    assert any(name.startswith("kubelet-") for name in names), names
+    assert any(name.startswith("containerd-") for name in names), names
+    assert all(process_gone(record.pid) for record in recorded)
+    assert pid is not None
+    assert process_gone(pid)
+    assert node_folder is not None
+    assert not node_folder.exists()
     leftovers = [
         entry.name
         for entry in Path("/proc").iterdir()
-        if entry.name.isdigit() and str(run_directory).encode() in _command_line(entry)
+        if entry.name.isdigit()
+        and any(str(folder).encode() in _command_line(entry) for folder in (run_directory, node_folder))
     ]
     assert leftovers == []
 
@@ -392,87 +419,39 @@ def test_helm_installs_a_chart_whose_deployment_becomes_ready(
     # A Deployment without a GPU, shaped as an operator's: it runs on the plain node, and helm --wait
     # returns once its pod reports Ready.
     (chart / "templates" / "deployment.yaml").write_text(
-        """
+        f"""
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: sleeper}
+metadata: {{name: sleeper}}
 spec:
-  selector: {matchLabels: {app: sleeper}}
+  selector: {{matchLabels: {{app: sleeper}}}}
   template:
-    metadata: {labels: {app: sleeper}}
+    metadata: {{labels: {{app: sleeper}}}}
     spec:
       terminationGracePeriodSeconds: 2
       containers:
       - name: main
-        image: batchmark-runner:test
+        image: {RUNNER_IMAGE}
         command: [python, -c, "import time; time.sleep(600)"]
 """
     )
-    kube_cluster.helm("install", "sleeper", str(chart), "-n", kube_namespace, "--wait", "--timeout", "60s")
+    kube_cluster.helm("install", "sleeper", str(chart), "-n", kube_namespace, "--wait", "--timeout", "90s")
     listing = kube_cluster.kubectl("get", "pods", "-n", kube_namespace, "-l", "app=sleeper", "-o", "wide").stdout
     assert "Running" in listing
     assert "cpu-node-0" in listing
-    kube_cluster.helm("uninstall", "sleeper", "-n", kube_namespace, "--wait", "--timeout", "60s")
+    kube_cluster.helm("uninstall", "sleeper", "-n", kube_namespace, "--wait", "--timeout", "90s")
 
 
-def test_pod_deadline_fails_the_pod_as_a_kubelet_does(
-    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
-) -> None:
-    pid_file = tmp_path / "pid"
-    kube_cluster.request(
-        "POST",
-        f"/api/v1/namespaces/{kube_namespace}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "overstays"},
-            "spec": {
-                "restartPolicy": "Never",
-                "activeDeadlineSeconds": 2,
-                "terminationGracePeriodSeconds": 1,
-                "tolerations": [GPU_TOLERATION],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "batchmark-runner:test",
-                        "command": ["python", "-c", LONG_RUNNER.format(path=str(pid_file))],
-                    }
-                ],
-            },
-        },
-    )
-    pid = wait_for("the process to start", lambda: _pid_from(pid_file))
+def test_pod_deadline_fails_the_pod_as_a_kubelet_does(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    pod = python_pod("overstays", [python_container("main", LONG_RUNNER)], activeDeadlineSeconds=10)
+    create_pod(kube_cluster, kube_namespace, pod)
     with kube_cluster.api_client() as client:
-        assert wait_for("the pod to fail", lambda: pod_phase(client, kube_namespace, "overstays") == "Failed")
+        pid = running_process(client, kube_namespace, "overstays")
+        assert wait_for("the pod to fail", lambda: pod_phase(client, kube_namespace, "overstays") == "Failed", 60)
         status = CoreV1Api(client).read_namespaced_pod_status("overstays", kube_namespace).status
     assert status is not None
     assert status.reason == "DeadlineExceeded"
-    assert _process_gone(pid)
-
-
-def test_a_pod_lost_in_an_agent_restart_fails_as_on_a_rebooted_node(
-    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
-) -> None:
-    pid_file = tmp_path / "pid"
-    with kube_cluster.api_client() as client:
-        create_job(client, kube_namespace, python_job("lost", LONG_RUNNER.format(path=str(pid_file))))
-        pid = wait_for("the process to start", lambda: _pid_from(pid_file))
-        pod = wait_for("the pod", lambda: job_pod(client, kube_namespace, "lost"))
-        name = str(pod.metadata.name if pod.metadata else "")
-        wait_for("the pod to be Running", lambda: pod_phase(client, kube_namespace, name) == "Running")
-        kube_cluster.stop_node_agent()
-        try:
-            assert _process_gone(pid)
-        finally:
-            kube_cluster.start_node_agent()
-        assert wait_for("the pod to fail", lambda: pod_phase(client, kube_namespace, name) == "Failed")
-        assert wait_for("the Job to fail", lambda: job_condition(client, kube_namespace, "lost")) == "Failed"
-        status = CoreV1Api(client).read_namespaced_pod_status(name, kube_namespace).status
-    assert status is not None
-    terminated = (status.container_statuses or [])[0].state
-    assert terminated is not None
-    assert terminated.terminated is not None
-    assert terminated.terminated.reason == "ContainerStatusUnknown"
+    wait_for("the process to end", lambda: process_gone(pid), timeout_seconds=15)
 
 
 def test_kubectl_logs_shows_the_containers_output(kube_cluster: KubeCluster, kube_namespace: str) -> None:
@@ -486,66 +465,154 @@ def test_kubectl_logs_shows_the_containers_output(kube_cluster: KubeCluster, kub
     assert last.splitlines() == ["step 2"]
 
 
-# Serves 200 on /ready once the file `gate` exists, 503 before; records its port for the test.
+# Serves 200 on /ready while the file /tmp/gate exists, 503 otherwise, on the pod's own address.
 GATED_SERVER = """
-import http.server, os, socketserver, sys
-gate, port_file = sys.argv[1], sys.argv[2]
+import http.server, os, socketserver
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if os.path.exists(gate) else 503)
+        self.send_response(200 if os.path.exists("/tmp/gate") else 503)
         self.end_headers()
     def log_message(self, *arguments):
         pass
-server = socketserver.TCPServer(("127.0.0.1", int(sys.argv[3])), Handler)
-open(port_file, "w").write(str(server.server_address[1]))
-server.serve_forever()
+socketserver.TCPServer(("", 8080), Handler).serve_forever()
 """
 
 
-def test_a_readiness_probe_decides_when_a_running_pod_is_ready(
-    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
-) -> None:
-    with socket.socket() as probe_socket:  # a free port: pods share this machine's ports
-        probe_socket.bind(("127.0.0.1", 0))
-        port = probe_socket.getsockname()[1]
-    gate, port_file = tmp_path / "gate", tmp_path / "port"
-    kube_cluster.request(
-        "POST",
-        f"/api/v1/namespaces/{kube_namespace}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "gated"},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "batchmark-runner:test",
-                        "command": ["python", "-c", GATED_SERVER, str(gate), str(port_file), str(port)],
-                        "ports": [{"name": "http", "containerPort": port}],
-                        "readinessProbe": {
-                            "httpGet": {"path": "/ready", "port": "http"},
-                            "periodSeconds": 1,
-                            "failureThreshold": 2,
-                        },
-                    }
-                ],
-            },
-        },
+def test_a_readiness_probe_decides_when_a_running_pod_is_ready(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    container = python_container(
+        "main",
+        GATED_SERVER,
+        ports=[{"name": "http", "containerPort": 8080}],
+        readinessProbe={"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 1, "failureThreshold": 2},
     )
+    create_pod(kube_cluster, kube_namespace, python_pod("gated", [container], tolerations=[]))
 
     def ready() -> tuple[str | None, bool | None]:
-        pod = kube_cluster.request("GET", f"/api/v1/namespaces/{kube_namespace}/pods/gated")
-        status = pod.get("status") or {}
+        status = read_pod(kube_cluster, kube_namespace, "gated").get("status") or {}
         conditions = {c["type"]: c["status"] == "True" for c in status.get("conditions", [])}
         return status.get("phase"), conditions.get("Ready")
 
-    wait_for("the server to listen", lambda: port_file.exists() or None)
-    time.sleep(3)  # three probes answered 503
-    assert ready() == ("Running", False)
-    gate.touch()
+    def gate(command: str) -> None:
+        kube_cluster.kubectl("exec", "-n", kube_namespace, "gated", "--", command, "/tmp/gate")
+
+    wait_for("the pod to run, not ready", lambda: ready() == ("Running", False), 60)
+    gate("touch")
     wait_for("the pod to become Ready", lambda: ready() == ("Running", True))
-    gate.unlink()
+    gate("rm")
     wait_for("the pod to lose readiness", lambda: ready() == ("Running", False))
     kube_cluster.request("DELETE", f"/api/v1/namespaces/{kube_namespace}/pods/gated")
+
+
+# Nothing listens on port 9 of this machine: a pull from it fails at once, and no traffic leaves.
+UNPULLABLE_IMAGE = "127.0.0.1:9/batchmark/absent:1"
+
+
+def test_pull_policies_unpullable_and_invalid_images_as_a_kubelet_reports_them(
+    kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    present_elsewhere = next(name for name in images.default_names("runner") if name.startswith("ghcr.io/"))
+    containers = [
+        # On the node: no pull under IfNotPresent or Never.
+        python_container("present", LONG_RUNNER, imagePullPolicy="IfNotPresent"),
+        {**python_container("never-present", LONG_RUNNER), "image": present_elsewhere, "imagePullPolicy": "Never"},
+        {**python_container("unpullable", LONG_RUNNER), "image": UNPULLABLE_IMAGE},
+        {**python_container("never-absent", LONG_RUNNER), "image": UNPULLABLE_IMAGE, "imagePullPolicy": "Never"},
+        {**python_container("invalid", LONG_RUNNER), "image": "Batchmark/Runner:1"},
+    ]
+    create_pod(kube_cluster, kube_namespace, python_pod("policies", containers))
+
+    def settled() -> dict[str, Any] | None:
+        pod = read_pod(kube_cluster, kube_namespace, "policies")
+        states = {status["name"]: status["state"] for status in pod["status"].get("containerStatuses", [])}
+        running = all("running" in states.get(name, {}) for name in ("present", "never-present"))
+        waiting = [
+            states.get(name, {}).get("waiting", {}).get("reason") for name in ("unpullable", "never-absent", "invalid")
+        ]
+        return pod if running and waiting == ["ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"] else None
+
+    pod = wait_for("the containers to start or wait", settled, 90)
+    # Containers that never started keep the pod Pending.
+    assert pod["status"]["phase"] == "Pending"
+    backing_off = container_status(pod, "unpullable")
+    assert backing_off["restartCount"] == 0
+    assert backing_off["state"]["waiting"]["message"].startswith(f'Back-off pulling image "{UNPULLABLE_IMAGE}"')
+    never = container_status(pod, "never-absent")["state"]["waiting"]
+    assert never["message"] == f'Container image "{UNPULLABLE_IMAGE}" is not present with pull policy of Never'
+    invalid = container_status(pod, "invalid")["state"]["waiting"]
+    assert invalid["message"].startswith('Failed to apply default image tag "Batchmark/Runner:1"'), invalid
+    events = pod_events(kube_cluster, kube_namespace, "policies")
+    for kind, reason, message in (
+        ("Normal", "Pulled", f'Container image "{RUNNER_IMAGE}" already present on machine'),
+        ("Normal", "Pulled", f'Container image "{present_elsewhere}" already present on machine'),
+        ("Normal", "Pulling", f'Pulling image "{UNPULLABLE_IMAGE}"'),
+        ("Warning", "Failed", f'Failed to pull image "{UNPULLABLE_IMAGE}"'),
+        ("Warning", "Failed", "Error: ErrImagePull"),
+        ("Normal", "BackOff", f'Back-off pulling image "{UNPULLABLE_IMAGE}"'),
+        ("Warning", "Failed", "Error: ImagePullBackOff"),
+        ("Warning", "ErrImageNeverPull", never["message"]),
+        ("Warning", "Failed", "Error: ErrImageNeverPull"),
+        ("Warning", "InspectFailed", invalid["message"]),
+    ):
+        assert has_event(events, kind, reason, message), (reason, message, json.dumps(events, indent=1))
+    # A pod that never got its images goes away when deleted.
+    kube_cluster.request("DELETE", f"/api/v1/namespaces/{kube_namespace}/pods/policies")
+    with kube_cluster.api_client() as client:
+        wait_for("the pod to be removed", lambda: pod_phase(client, kube_namespace, "policies") is None, 30)
+
+
+# Allocates (and writes to, so it is resident) `step` MiB at a time, printing the MiB held after each step.
+ALLOCATOR = """
+import sys, time
+step, steps = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for index in range(steps):
+    held.append(b"x" * (step * 2**20))
+    print(step * (index + 1), flush=True)
+    time.sleep(0.05)
+print("done", flush=True)
+"""
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed_and_restarted_and_one_under_it_completes(
+    kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    limits = {"resources": {"limits": {"memory": "128Mi"}}}
+    greedy = python_container("main", ALLOCATOR, "16", "64", **limits)
+    modest = python_container("main", ALLOCATOR, "16", "2", **limits)
+    create_pod(kube_cluster, kube_namespace, python_pod("greedy", [greedy], restartPolicy="OnFailure"))
+    create_pod(kube_cluster, kube_namespace, python_pod("modest", [modest]))
+
+    def restarted() -> dict[str, Any] | None:
+        statuses = read_pod(kube_cluster, kube_namespace, "greedy")["status"].get("containerStatuses", [])
+        return next(
+            (status for status in statuses if status["restartCount"] >= 1 and status["lastState"].get("terminated")),
+            None,
+        )
+
+    last = wait_for("a restart after the OOM kill", restarted, 120)["lastState"]["terminated"]
+    assert (last["reason"], last["exitCode"]) == ("OOMKilled", 137)
+    kube_cluster.request("DELETE", f"/api/v1/namespaces/{kube_namespace}/pods/greedy")
+
+    def finished() -> dict[str, Any] | None:
+        pod = read_pod(kube_cluster, kube_namespace, "modest")
+        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = wait_for("the modest pod to end", finished, 60)
+    assert pod["status"]["phase"] == "Succeeded"
+    terminated = container_status(pod, "main")["state"]["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("Completed", 0)
+
+
+def test_a_containers_cpu_request_sets_its_cgroups_cpu_weight(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    # cpu.shares as a kubelet sets it (millicores * 1024 / 1000, at least 2), and cgroup v2's cpu.weight from it.
+    expected = {"best-effort": (None, 2, 1), "half-a-core": ("500m", 512, 20), "one-core": ("1", 1024, 39)}
+    for name, (cpu, _, _) in expected.items():
+        container = python_container("main", LONG_RUNNER)
+        if cpu:
+            container["resources"] = {"requests": {"cpu": cpu}}
+        create_pod(kube_cluster, kube_namespace, python_pod(name, [container]))
+    with kube_cluster.api_client() as client:
+        for name, (_, shares, weight) in expected.items():
+            setting, value = cpu_weight(running_process(client, kube_namespace, name))
+            assert value == (shares if setting == "cpu.shares" else weight), (name, setting, value)
+            kube_cluster.request("DELETE", f"/api/v1/namespaces/{kube_namespace}/pods/{name}")

@@ -287,8 +287,13 @@ def wait_for_phase(
     return wait_for(f"{name} to reach {sorted(phases)}", reached, timeout_seconds)
 
 
-def example(file_name: str, **metadata: Any) -> dict[str, Any]:
-    """An example manifest from examples/, its metadata changed (e.g. another name)."""
+def example(file_name: str, metrics_linger_seconds: float = 0, **metadata: Any) -> dict[str, Any]:
+    """An example manifest from examples/, its metadata changed (e.g. another name).
+
+    No Prometheus scrapes these pods, so by default they stop serving their metrics when their run ends (the
+    examples keep the 15 s a scrape needs, which holds each pod, its GPU and its Kueue quota that much longer):
+    a test that scrapes a pod's final metrics gives the linger it needs."""
     (document,) = list(yaml.safe_load_all((ROOT / "examples" / file_name).read_text(encoding="utf-8")))
     document["metadata"].update(metadata)
+    document["spec"].setdefault("metrics", {})["lingerSeconds"] = metrics_linger_seconds
     return cast(dict[str, Any], document)

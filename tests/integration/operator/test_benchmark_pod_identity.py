@@ -11,20 +11,17 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client import CoreV1Api
 
-from batchmark.operator.children import RUNNER_CONTAINER
-from batchmark.runner.statuswriter import read_report_config_map
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
-from tests.integration.cluster.test_containers_runtime import WRITES, container_process, ids, pod_of
-from tests.integration.operator.conftest import (
-    OperatorProcess,
-    example,
-    kubectl_apply,
-    operator_with_defaults,
-    wait_for_phase,
+from tests.integration.cluster.benchmark_pods import (
+    apply_watched_benchmark,
+    assert_succeeds_with_results,
+    assert_writes_home_and_caches,
+    running_pod,
 )
+from tests.integration.cluster.containers import container_process, ids
+from tests.integration.operator.conftest import OperatorProcess, kubectl_apply, operator_with_defaults
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
@@ -138,14 +135,8 @@ def test_the_operators_job_runs_under_an_arbitrary_uid_with_gid_0_and_writes_hom
     arbitrary_uid_operator: OperatorProcess, container_namespace: str
 ) -> None:
     cluster, namespace, name = arbitrary_uid_operator.cluster, container_namespace, "arbitrary-uid"
-    manifest = example("simulated-throughput.yaml", name=name)
-    # Long enough to look at it while it runs.
-    manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
-    manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 20}]
-    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
-    assert applied.returncode == 0, applied.stderr
-    wait_for_phase(cluster, namespace, name, {"Running"}, timeout_seconds=120)
-    pod = wait_for("the benchmark's pod", lambda: pod_of(cluster, namespace, name), 30)
+    apply_watched_benchmark(cluster, namespace, name)
+    pod = running_pod(cluster, namespace, name)
 
     # The operator wrote the IDs it was given, and left fsGroup out for the platform.
     security = pod.spec.security_context
@@ -159,21 +150,8 @@ def test_the_operators_job_runs_under_an_arbitrary_uid_with_gid_0_and_writes_hom
 
     # That user writes its home, working directory and every cache vLLM and Hugging Face use: the image made
     # them group 0's, since nothing of it can be owned by a UID chosen at run time.
-    written = cluster.kubectl(
-        "exec", "-n", namespace, pod.metadata.name, "-c", RUNNER_CONTAINER, "--", "sh", "-c", WRITES, check=False
-    )
-    assert written.returncode == 0, written.stderr
-    assert written.stdout.strip() == "written"
-
-    found = wait_for_phase(cluster, namespace, name, {"Succeeded", "Failed"}, timeout_seconds=180)
-    assert found["status"]["phase"] == "Succeeded", found["status"]
-    assert found["status"]["results"][0]["requests"]["completed"] > 0
-    config_map = CoreV1Api(cluster.api_client()).read_namespaced_config_map(
-        found["status"]["resultsConfigMap"], namespace
-    )
-    report = read_report_config_map(config_map.to_dict())
-    assert report is not None
-    assert report.benchmarks[0].requests.completed > 0
+    assert_writes_home_and_caches(cluster, namespace, pod)
+    assert_succeeds_with_results(cluster, namespace, name)
 
 
 def job_of(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -190,28 +168,17 @@ def test_with_the_ids_left_to_the_platform_the_runner_runs_as_the_uid_admission_
     platform_ids_operator: OperatorProcess, namespace_uid_range: int, container_namespace: str
 ) -> None:
     cluster, namespace, name = platform_ids_operator.cluster, container_namespace, "platform-uid"
-    manifest = example("simulated-throughput.yaml", name=name)
-    manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
-    manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 20}]
-    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
-    assert applied.returncode == 0, applied.stderr
+    apply_watched_benchmark(cluster, namespace, name)
     job = wait_for("the Job", lambda: job_of(cluster, namespace, name), 60)
     # The operator fixes no ID in the pod template ...
     template_security = job["spec"]["template"]["spec"]["securityContext"]
     assert not {"runAsUser", "runAsGroup", "fsGroup"} & template_security.keys(), template_security
     assert template_security["runAsNonRoot"] is True
-    wait_for_phase(cluster, namespace, name, {"Running"}, timeout_seconds=120)
-    pod = wait_for("the benchmark's pod", lambda: pod_of(cluster, namespace, name), 30)
+    pod = running_pod(cluster, namespace, name)
     # ... so admission gave the pod the namespace's, and the container runs as that UID with group 0.
     security = pod.spec.security_context
     assert (security.run_as_user, security.run_as_group, security.fs_group) == (namespace_uid_range, None, RANGE_START)
     pid = wait_for("the runner's process", lambda: container_process(pod.metadata.uid, "run", "--config"), 60)
     assert ids(pid) == ([namespace_uid_range] * 4, [0] * 4)
-    written = cluster.kubectl(
-        "exec", "-n", namespace, pod.metadata.name, "-c", RUNNER_CONTAINER, "--", "sh", "-c", WRITES, check=False
-    )
-    assert written.returncode == 0, written.stderr
-    assert written.stdout.strip() == "written"
-    found = wait_for_phase(cluster, namespace, name, {"Succeeded", "Failed"}, timeout_seconds=180)
-    assert found["status"]["phase"] == "Succeeded", found["status"]
-    assert found["status"]["results"][0]["requests"]["completed"] > 0
+    assert_writes_home_and_caches(cluster, namespace, pod)
+    assert_succeeds_with_results(cluster, namespace, name)

@@ -107,6 +107,9 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         changed("spec.dataVolume", {"configMap": "a", "claimName": "b"}),
         "give one of configMap or claimName",
     ),
+    ("negative metrics linger", changed("spec.metrics.lingerSeconds", -1), "spec.metrics.lingerSeconds"),
+    ("metrics linger over an hour", changed("spec.metrics.lingerSeconds", 3601), "spec.metrics.lingerSeconds"),
+    ("metrics linger as text", changed("spec.metrics.lingerSeconds", "15s"), "spec.metrics.lingerSeconds"),
 ]
 INVALID[18][1]["spec"]["profile"] = {"kind": "throughput", "cooldown": {"requests": 2}}
 

@@ -286,8 +286,8 @@ def test_two_teams_sharing_a_cohort_each_get_their_nominal_share(
 
 def test_without_kueue_a_queue_name_is_refused(kube_cluster: KubeCluster, tmp_path: Path) -> None:
     """A control plane of its own (kube_cluster only skips the test where there are no binaries): the
-    session's has Kueue's CRDs once any Kueue test ran."""
-    with ControlPlane(tmp_path / "cluster", locate_binaries()) as cluster:
+    session's has Kueue's CRDs once any Kueue test ran. No nodes: the benchmark is refused before any pod."""
+    with ControlPlane(tmp_path / "cluster", locate_binaries(), runtime="no-nodes") as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
         cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         operator = OperatorProcess(cluster, tmp_path / "operator.log")

@@ -10,22 +10,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from batchmark.operator.children import RUNNER_CONTAINER
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.volumes import bind_local_volume, release_local_volume
-from tests.integration.cluster.test_containers_runtime import pod_of
+from tests.integration.cluster.benchmark_pods import apply_watched_benchmark, assert_succeeds_with_results, running_pod
 from tests.integration.operator.conftest import (
     OperatorProcess,
-    example,
-    kubectl_apply,
     operator_with_defaults,
-    wait_for_phase,
 )
-from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
@@ -69,15 +64,8 @@ def test_the_model_cache_claim_is_the_pods_hugging_face_cache_written_by_its_use
     cache_operator: OperatorProcess, model_cache_claim: Path, container_namespace: str
 ) -> None:
     cluster, namespace, name, folder = cache_operator.cluster, container_namespace, "cached", model_cache_claim
-    manifest = example("simulated-throughput.yaml", name=name)
-    manifest["spec"]["modelCache"] = {"claimName": "model-cache", "mountPath": MOUNT_PATH}
-    # Long enough to look at it while it runs.
-    manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
-    manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": 20}]
-    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
-    assert applied.returncode == 0, applied.stderr
-    wait_for_phase(cluster, namespace, name, {"Running"}, timeout_seconds=120)
-    pod = wait_for("the benchmark's pod", lambda: pod_of(cluster, namespace, name), 30)
+    apply_watched_benchmark(cluster, namespace, name, modelCache={"claimName": "model-cache", "mountPath": MOUNT_PATH})
+    pod = running_pod(cluster, namespace, name)
     assert pod.spec.node_name == "gpu-node-0"  # where the volume is
 
     # In the pod, as its user: HF_HOME is the claim, the model cached earlier is there, and new files go there.
@@ -92,9 +80,7 @@ def test_the_model_cache_claim_is_the_pods_hugging_face_cache_written_by_its_use
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == [MOUNT_PATH, "0123456789abcdef", "written"]
 
-    found = wait_for_phase(cluster, namespace, name, {"Succeeded", "Failed"}, timeout_seconds=180)
-    assert found["status"]["phase"] == "Succeeded", found["status"]
-    assert found["status"]["results"][0]["requests"]["completed"] > 0
+    assert_succeeds_with_results(cluster, namespace, name)
 
     # On the node's disk: written by the runner's user, in the group the kubelet gave the volume (fsGroup), which
     # also made the folder root had made group-writable.

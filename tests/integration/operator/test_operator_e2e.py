@@ -231,14 +231,23 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
             # What a laptop run adds; the manifest must carry it into the pod, not drop it.
             *("--sweep", "batch_size=2,4", "--slo", "request_latency_p99=60", "--gpu-cost-per-hour", "2"),
             *("--repeats", "2"),
+            # Nothing scrapes this pod: it ends with its run, as `run --metrics-linger 0` would.
+            *("--metrics-linger", "0"),
         ],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
+    assert yaml.safe_load(printed)["spec"]["metrics"] == {"lingerSeconds": 0.0}
     result = kubectl_apply(cluster, kube_namespace, printed)
     assert result.returncode == 0, result.stderr
+    job = wait_for(
+        "the Job",
+        lambda: json.loads(cluster.kubectl("get", "jobs", "-n", kube_namespace, "-o", "json").stdout)["items"],
+    )
+    command = job[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--metrics-linger") + 1] == "0.0"
     found = wait_for_phase(cluster, kube_namespace, "from-manifest", {"Succeeded", "Failed"})
     assert found["status"]["phase"] == "Succeeded", found["status"]
     results = found["status"]["results"]

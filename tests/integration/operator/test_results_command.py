@@ -32,8 +32,9 @@ MERGE_PATCH = "application/merge-patch+json"
 
 @pytest.fixture(scope="module")
 def batchmark_crd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    """A control plane of this module's own, with the CRD applied and no operator (nor nodes) acting on it."""
-    control_plane = ControlPlane(tmp_path_factory.mktemp("results-cluster"), required_binaries())
+    """A control plane of this module's own, with the CRD applied and no operator (nor nodes: nothing here runs a
+    pod) acting on it."""
+    control_plane = ControlPlane(tmp_path_factory.mktemp("results-cluster"), required_binaries(), runtime="no-nodes")
     try:
         control_plane.start()
         yield with_the_crd(control_plane)

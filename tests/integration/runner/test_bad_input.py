@@ -561,6 +561,9 @@ MANIFEST_CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
         ["--config", "aliases"],
     ),
     "empty image": (lambda t: [*run_args(), "--image", ""], ["image"]),
+    "negative metrics linger": (lambda t: run_args(extra=["--metrics-linger", "-1"]), ["--metrics-linger", "-1"]),
+    "metrics linger over an hour": (lambda t: run_args(extra=["--metrics-linger", "3601"]), ["--metrics-linger"]),
+    "NaN metrics linger": (lambda t: run_args(extra=["--metrics-linger", "nan"]), ["--metrics-linger", "nan"]),
 }
 
 

@@ -86,7 +86,9 @@ def test_the_pod_spec() -> None:
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
     assert container["command"][:4] == ["batchmark", "run", "--config", contract.CONFIG_PATH]
-    assert container["command"][-4:] == ["--metrics-address", "0.0.0.0", "--metrics-port", "8000"]
+    assert container["command"][-6:] == [
+        "--metrics-address", "0.0.0.0", "--metrics-port", "8000", "--metrics-linger", "15.0"
+    ]  # fmt: skip
     assert container["ports"] == [{"name": "metrics", "containerPort": 8000, "protocol": "TCP"}]
     assert container["securityContext"] == {
         "runAsNonRoot": True,
@@ -119,12 +121,30 @@ def test_simulated_engine_asks_for_no_gpu_and_the_metrics_port_is_declared() -> 
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
     assert "tolerations" not in pod
     assert pod["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
-    assert pod["containers"][0]["command"][-2:] == ["--metrics-port", "9100"]
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--metrics-port") + 1] == "9100"
 
 
 def test_metrics_port_zero_is_refused() -> None:
     with pytest.raises(ValueError, match="metrics"):
         spec(metrics={"port": 0})
+
+
+@pytest.mark.parametrize(("linger", "argument"), [(0, "0.0"), (2.5, "2.5"), (60, "60.0"), (3600, "3600.0")])
+def test_the_metrics_linger_of_the_spec_is_the_runners(linger: float, argument: str) -> None:
+    command = pod_spec(children.job(OWNER, spec(metrics={"lingerSeconds": linger})))["containers"][0]["command"]
+    assert command[command.index("--metrics-linger") + 1] == argument
+
+
+def test_without_metrics_there_is_nothing_to_linger_for() -> None:
+    command = pod_spec(children.job(OWNER, spec(metrics={"enabled": False, "lingerSeconds": 30})))["containers"][0]
+    assert not {"--metrics-port", "--metrics-linger"} & set(command["command"])
+
+
+@pytest.mark.parametrize("linger", [-1, 3601, float("nan"), float("inf"), "15s"])
+def test_a_metrics_linger_outside_0_to_an_hour_is_refused(linger: object) -> None:
+    with pytest.raises(ValueError, match=r"metrics\.lingerSeconds"):
+        spec(metrics={"lingerSeconds": linger})
 
 
 def test_model_cache_and_token_and_operator_defaults() -> None:

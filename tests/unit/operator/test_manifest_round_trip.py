@@ -12,6 +12,7 @@ import yaml
 
 from batchmark.operator import children
 from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS
 from batchmark.runner.cli import build_parser, main
 from batchmark.runner.config import RunConfig
 from batchmark.runner.configload import load_config
@@ -67,6 +68,8 @@ CASES: dict[str, list[str]] = {
     "a price for two GPUs": [*BASE, "--gpu-cost-per-hour", "2.5", "--gpus", "2"],
     "repeats": [*BASE, "--repeats", "3"],
     "metrics and a Pushgateway": [*BASE, "--metrics-port", "9100", "--pushgateway", "http://gateway:9091"],
+    "a metrics linger": [*BASE, "--metrics-port", "9100", "--metrics-linger", "2.5"],
+    "no metrics linger": [*BASE, "--metrics-port", "9100", "--metrics-linger", "0"],
     "local-only options": [
         *BASE,
         "--output",
@@ -74,8 +77,6 @@ CASES: dict[str, list[str]] = {
         "--quiet",
         "--metrics-address",
         "0.0.0.0",
-        "--metrics-linger",
-        "3",
     ],
     "a config file": ["--config", "{config}"],
     "a config file with overrides": [
@@ -92,7 +93,7 @@ CASES: dict[str, list[str]] = {
     ],
 }
 # Options of `run` that `manifest` leaves out: they have no meaning in a pod (README, `batchmark manifest`).
-LOCAL_ONLY = {"--output", "--quiet", "--metrics-address", "--metrics-linger"}
+LOCAL_ONLY = {"--output", "--quiet", "--metrics-address"}
 
 
 def arguments(case: str, tmp_path: Path) -> list[str]:
@@ -141,6 +142,9 @@ def test_manifest_of_a_run_command_line_runs_the_same_benchmark_in_the_pod(
         assert pod_args[pod_args.index("--metrics-port") + 1] == str(given.metrics_port)
     if given.pushgateway is not None:
         assert pod_args[pod_args.index("--pushgateway") + 1] == given.pushgateway
+    # The pod lingers as long as the laptop would: what was given, else the same default.
+    linger = DEFAULT_LINGER_SECONDS if given.metrics_linger is None else given.metrics_linger
+    assert float(pod_args[pod_args.index("--metrics-linger") + 1]) == linger
 
 
 def test_the_cases_give_every_option_of_run() -> None:

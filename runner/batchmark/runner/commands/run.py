@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS
 from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
 from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import RunConfig
@@ -21,7 +22,7 @@ from batchmark.runner.engines.engine_args import EngineArgumentError
 from batchmark.runner.engines.factory import EngineUnavailable
 from batchmark.runner.engines.request_format import RequestFormatError
 from batchmark.runner.events import RunObserver
-from batchmark.runner.metrics import DEFAULT_LINGER_SECONDS, MetricsObserver, MetricsServer
+from batchmark.runner.metrics import MetricsObserver, MetricsServer
 from batchmark.runner.outputs import write_reports
 from batchmark.runner.pushgateway import PushOutcome, push_results, run_succeeded
 from batchmark.runner.records import DataError
@@ -85,7 +86,8 @@ def run_command(
         if gateway and not shutdown.hurry.is_set():
             _push(console, shutdown, gateway, config.name, report)
         if metrics_server is not None:
-            _linger(console, shutdown, getattr(args, "metrics_linger", DEFAULT_LINGER_SECONDS))
+            linger: float | None = getattr(args, "metrics_linger", None)
+            _linger(console, shutdown, DEFAULT_LINGER_SECONDS if linger is None else linger)
             metrics_server.close()
     # A signal at any moment, even after the results were written, means the process did not do all it was
     # asked (a push or the linger may have been cut short).

@@ -1,0 +1,87 @@
+"""A simulated benchmark the operator runs as a Job on the session's kubelets, long enough to look at its pod
+while it runs, and the checks the identity tests make on it (test_containers_runtime, test_benchmark_pod_identity,
+test_model_cache_pvc)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from kubernetes.client import CoreV1Api
+
+from batchmark.operator.children import RUNNER_CONTAINER
+from batchmark.runner.statuswriter import read_report_config_map
+from tests.cluster.fixtures import KubeCluster
+from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
+from tests.polling import wait_for
+
+# Every place the image's user writes: home, working directory, and the caches of vLLM, PyTorch, Triton and
+# Hugging Face, by the variables the image sets (a cache folder is made when absent, as the libraries do).
+WRITES = (
+    "set -e; "
+    + " && ".join(
+        f'mkdir -p "${variable}" && touch "${variable}/written"'
+        for variable in (
+            "HOME",
+            "XDG_CACHE_HOME",
+            "XDG_CONFIG_HOME",
+            "HF_HOME",
+            "VLLM_CACHE_ROOT",
+            "VLLM_CONFIG_ROOT",
+            "TORCHINDUCTOR_CACHE_DIR",
+            "TRITON_CACHE_DIR",
+        )
+    )
+    + " && touch ./written && echo written"
+)
+
+
+def pod_of(cluster: KubeCluster, namespace: str, name: str) -> Any:
+    """The benchmark's pod, or None before there is one."""
+    pods = (
+        CoreV1Api(cluster.api_client())
+        .list_namespaced_pod(namespace, label_selector=f"batchmark.dev/benchmark={name}")
+        .items
+    )
+    return pods[0] if pods else None
+
+
+def apply_watched_benchmark(cluster: KubeCluster, namespace: str, name: str, seconds: float = 20, **spec: Any) -> None:
+    """The simulated example at 10 requests/s for `seconds` (long enough to look at its pod while it runs), with
+    `spec`'s fields set over it."""
+    manifest = example("simulated-throughput.yaml", name=name)
+    manifest["spec"]["profile"] = {"kind": "constant", "rate": 10}
+    manifest["spec"]["constraints"] = [{"kind": "max_duration", "seconds": seconds}]
+    manifest["spec"].update(spec)
+    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+    assert applied.returncode == 0, applied.stderr
+
+
+def running_pod(cluster: KubeCluster, namespace: str, name: str) -> Any:
+    """The benchmark's pod once the benchmark is Running."""
+    wait_for_phase(cluster, namespace, name, {"Running"}, timeout_seconds=120)
+    return wait_for("the benchmark's pod", lambda: pod_of(cluster, namespace, name), 30)
+
+
+def assert_writes_home_and_caches(cluster: KubeCluster, namespace: str, pod: Any) -> None:
+    """The runner container's user writes its home, working directory and every cache the engines use."""
+    written = cluster.kubectl(
+        "exec", "-n", namespace, pod.metadata.name, "-c", RUNNER_CONTAINER, "--", "sh", "-c", WRITES, check=False
+    )
+    assert written.returncode == 0, written.stderr
+    assert written.stdout.strip() == "written"
+
+
+def assert_succeeds_with_results(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    """The benchmark ends Succeeded with completed requests in its status and in the full report of its results
+    ConfigMap (which only the runner writes, through the API server, with the pod's service-account token)."""
+    found = wait_for_phase(cluster, namespace, name, {"Succeeded", "Failed"}, timeout_seconds=180)
+    assert found["status"]["phase"] == "Succeeded", found["status"]
+    assert found["status"]["results"][0]["requests"]["completed"] > 0
+    config_map = CoreV1Api(cluster.api_client()).read_namespaced_config_map(
+        found["status"]["resultsConfigMap"], namespace
+    )
+    report = read_report_config_map(config_map.to_dict())
+    assert report is not None
+    assert report.benchmarks[0].requests.completed > 0
+    return found
