@@ -52,6 +52,25 @@ def exclusive() -> Iterator[None]:
         yield
 
 
+# Every place the runner image's user writes besides its working directory: home and the caches of vLLM,
+# PyTorch, Triton and Hugging Face, by the variables the image sets.
+CACHE_VARIABLES = (
+    "HOME",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",
+    "VLLM_CONFIG_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+)
+
+
+def write_every_cache() -> str:
+    """A shell command that writes a file in each cache folder, making it where absent as the libraries do."""
+    return " && ".join(f'mkdir -p "${variable}" && touch "${variable}/written"' for variable in CACHE_VARIABLES)
+
+
 class ImageBuildError(RuntimeError):
     """podman or the build's inputs are missing, or the build failed; the message says which."""
 

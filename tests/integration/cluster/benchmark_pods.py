@@ -11,29 +11,13 @@ from kubernetes.client import CoreV1Api
 
 from batchmark.operator.children import RUNNER_CONTAINER
 from batchmark.runner.statuswriter import read_report_config_map
+from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
 from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
 from tests.polling import wait_for
 
-# Every place the image's user writes: home, working directory, and the caches of vLLM, PyTorch, Triton and
-# Hugging Face, by the variables the image sets (a cache folder is made when absent, as the libraries do).
-WRITES = (
-    "set -e; "
-    + " && ".join(
-        f'mkdir -p "${variable}" && touch "${variable}/written"'
-        for variable in (
-            "HOME",
-            "XDG_CACHE_HOME",
-            "XDG_CONFIG_HOME",
-            "HF_HOME",
-            "VLLM_CACHE_ROOT",
-            "VLLM_CONFIG_ROOT",
-            "TORCHINDUCTOR_CACHE_DIR",
-            "TRITON_CACHE_DIR",
-        )
-    )
-    + " && touch ./written && echo written"
-)
+# The image's user writes its home, every cache the engines use and its working directory.
+WRITES = f"set -e; {images.write_every_cache()} && touch ./written && echo written"
 
 
 def pod_of(cluster: KubeCluster, namespace: str, name: str) -> Any:

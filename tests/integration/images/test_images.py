@@ -121,24 +121,11 @@ def test_the_runner_image_runs_a_simulated_benchmark_as_its_user(images: Images)
     assert report["engine"]["simulated"] is True
 
 
-# Every place vLLM, PyTorch, Triton and Hugging Face cache to, by the variables the image sets.
-CACHE_VARIABLES = (
-    "HOME",
-    "XDG_CACHE_HOME",
-    "XDG_CONFIG_HOME",
-    "HF_HOME",
-    "VLLM_CACHE_ROOT",
-    "VLLM_CONFIG_ROOT",
-    "TORCHINDUCTOR_CACHE_DIR",
-    "TRITON_CACHE_DIR",
-)
-
-
 @pytest.mark.parametrize("user", [None, ARBITRARY_USER], ids=["image-user", "arbitrary-uid-gid-0"])
 def test_the_runner_writes_its_home_and_caches(images: Images, user: str | None) -> None:
     # Writes a file in each cache folder (made if absent, as the libraries do) and in the working directory.
-    writes = " && ".join(f'mkdir -p "${variable}" && touch "${variable}/written"' for variable in CACHE_VARIABLES)
-    script = f"set -e; {writes}; touch ./written; python3 -c 'import getpass; print(getpass.getuser())'; id -u"
+    who = "python3 -c 'import getpass; print(getpass.getuser())'; id -u"
+    script = f"set -e; {project_images.write_every_cache()}; touch ./written; {who}"
     name, uid = run(images.runner, "-c", script, entrypoint="sh", user=user).split()
     assert uid == (user or USER_ID).split(":")[0]
     assert name == "batchmark"  # PyTorch names its caches after the user, which an arbitrary UID lacks
