@@ -15,8 +15,8 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from tests.cluster.controlplane import ControlPlane, locate_binaries
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster.controlplane import ControlPlane
+from tests.cluster.fixtures import KubeCluster, required_binaries
 from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor, workload_priority_class
 from tests.integration.operator.conftest import (
     CRD_PATH,
@@ -284,10 +284,10 @@ def test_two_teams_sharing_a_cohort_each_get_their_nominal_share(
         cluster.request("DELETE", f"/api/v1/namespaces/{other}")
 
 
-def test_without_kueue_a_queue_name_is_refused(kube_cluster: KubeCluster, tmp_path: Path) -> None:
-    """A control plane of its own (kube_cluster only skips the test where there are no binaries): the
-    session's has Kueue's CRDs once any Kueue test ran. No nodes: the benchmark is refused before any pod."""
-    with ControlPlane(tmp_path / "cluster", locate_binaries(), runtime="no-nodes") as cluster:
+def test_without_kueue_a_queue_name_is_refused(tmp_path: Path) -> None:
+    """A control plane of its own: the session's has Kueue's CRDs once any Kueue test ran. No nodes: the
+    benchmark is refused before any pod."""
+    with ControlPlane(tmp_path / "cluster", required_binaries(), runtime="no-nodes") as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
         cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         operator = OperatorProcess(cluster, tmp_path / "operator.log")
