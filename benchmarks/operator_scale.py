@@ -309,7 +309,7 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, metavar="FILE", help="write py-spy's raw stacks of the operator here")
     args = parser.parse_args()
     # Built before the cluster starts: seconds while the tree is unchanged, minutes the first time.
-    runner_archive = images.saved_archive(images.build("runner"))
+    runner_archive = images.built_archive("runner")
     with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
         # The benchmarks name no image: the operator's default, one of the names the image is put under.
         cluster.load_images([runner_archive], {images.TAGS["runner"]: images.default_names("runner")})

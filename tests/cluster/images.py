@@ -95,7 +95,7 @@ def build_inputs() -> tuple[str, str]:
 
 
 def built_archive(target: str) -> Path:
-    """The Dockerfile's `target` built and saved (`build`, then `saved_archive`, in one hold of the lock)."""
+    """The Dockerfile's `target` built and saved as an archive, in one hold of the lock."""
     with exclusive():
         return _saved_archive(_build(target))
 
@@ -138,13 +138,8 @@ def _build(target: str) -> str:
     return tag
 
 
-def saved_archive(tag: str) -> Path:
-    """The image as a `podman save` archive (docker-archive: it carries the image's name), saved once per ID."""
-    with exclusive():
-        return _saved_archive(tag)
-
-
 def _saved_archive(tag: str) -> Path:
+    """The image as a `podman save` archive (docker-archive: it carries the image's name), saved once per ID."""
     inspected = podman("image", "inspect", "--format", "{{.Id}}", tag)
     if inspected.returncode != 0:
         raise ImageBuildError(inspected.stderr.strip())

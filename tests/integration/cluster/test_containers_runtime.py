@@ -46,11 +46,10 @@ ARBITRARY_UID = 1000640000
 
 # First in this module: the module's `operator` (a process, watching every namespace) must not run beside it.
 def test_the_operator_runs_from_its_image_installed_by_helm(
-    container_cluster: KubeCluster, container_namespace: str
+    container_cluster: KubeCluster, operator_image: str, container_namespace: str
 ) -> None:
     cluster, namespace = container_cluster, container_namespace
-    cluster.load_images([images.built_archive("operator")])
-    repository, tag = images.TAGS["operator"].rsplit(":", 1)
+    repository, tag = operator_image.rsplit(":", 1)
     runner_repository, runner_tag = images.TAGS["runner"].rsplit(":", 1)
     installed = cluster.helm(
         "install", "batchmark", str(CHART), "--namespace", namespace, "--wait", "--timeout", "3m",
