@@ -1,26 +1,40 @@
-"""How busy each tool keeps vLLM, measured from outside and alike for both (a benchmark, not a test).
+"""How busy each tool keeps vLLM, and how fast its engine steps, measured from outside and alike for all (a
+benchmark, not a test).
 
-batchmark (batch and continuous dispatch) and GuideLLM 0.8.1 (``vllm_python_batch``) drive the same engine with
-the same workload, one run at a time, in alternating rounds. Every process of every run carries the probe
-(probe/sitecustomize.py: a wrapper around vLLM's ``LLM.generate``, ``LLMEngine.step`` and ``EngineCore.step``),
-and probe/analyse.py turns its records into the same figures for every tool:
+The tools, run one at a time on the same engine, model and workload, in rounds that alternate who goes first:
+
+* ``vllm_chunked``, ``vllm_engine_loop``: the plain loops of plain_loop.py, vLLM with no harness at all: the
+  references batch dispatch and continuous dispatch are held to (issue 23);
+* ``guidellm``: GuideLLM 0.8.1's ``vllm_python_batch``;
+* ``batchmark_batch``, ``batchmark_continuous``: batchmark's two dispatch modes.
+
+Every process of every run carries the probe (probe/sitecustomize.py: a wrapper around vLLM's ``LLM.generate``,
+``LLMEngine.step`` and ``EngineCore.step``, and per-thread CPU samples), and probe/analyse.py turns its records
+into the same figures for every tool:
 
 * busy: share of the window (first engine call to last) spent inside ``generate()``/``step()``;
 * core busy: share of the window in which vLLM's engine core ran a model step (where it runs in a process of
   its own, it can step while the caller is elsewhere);
 * steps per 1,000 requests: engine-core steps that ran the model, per 1,000 requests (machine-independent);
+* ms per core step: the engine core's mean time per step, and its ratio to the plain loop's in the same round
+  (what a tool's processes cost the engine, whatever the machine's speed at the moment);
 * harness CPU per request: CPU seconds of the tool's own processes within the window, vLLM's share removed;
-* wall-clock throughput: output tokens per second of the window.
+* CPU seconds per process (by role: the process calling vLLM, the tool's others, ``VLLM::EngineCore``,
+  ``VLLM::Worker``) and per thread, within the window;
+* wall-clock throughput: output tokens per second of the window, and its ratio to the plain loop's.
 
 batchmark's own figures (engine_utilization, dispatch_overhead, engine_steps, harness_cpu_per_request) are
 recorded beside the probe's. vLLM runs in its default multiprocessing mode (engine core in its own process,
 as users run it) and in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); ``--modes`` picks. Real-engine rounds
-take the machine-wide vLLM lock one round at a time; the processes a run leaves behind (vLLM's engine core in
-the default mode, before issue 14's fix) are ended by their pids, which the probe recorded.
+take the machine-wide vLLM lock one round at a time; the processes a run leaves behind are ended by their
+pids, which the probe recorded. For a diagnosis: ``--py-spy DIR`` records every run with py-spy;
+``ENGINE_BUSY_VLLM_CONFIG`` (JSON) adds engine arguments for every tool; ``ENGINE_BUSY_TASKSET`` (``tool:cpus``,
+``;``-separated) starts a tool's processes on those CPUs.
 
-    .venv-vllm/bin/python benchmarks/vs_guidellm/engine_busy.py --engines vllm,simulated --rounds 3
+    .venv-vllm/bin/python benchmarks/vs_guidellm/engine_busy.py --engines vllm --modes default \
+        --batch-sizes 8,32,128 --rounds 3 --requests 512
 
-Results: benchmarks/vs_guidellm/results/engine_busy-<engine>-<mode>.json, and a Markdown table on stdout.
+Results: benchmarks/vs_guidellm/results/engine_busy-<engine>-<mode>.json, and Markdown tables on stdout.
 """
 
 from __future__ import annotations
@@ -57,11 +71,15 @@ def vllm_config(engine: str) -> dict[str, Any]:
     """The side-by-side benchmark's engine settings, without torch.compile on the real engine: its warm-up
     compiles C++ for minutes on a busy 2-core machine, and both tools run the same eager engine anyway."""
     config = reference_config(engine)
-    return {**config, "enforce_eager": True} if engine == "vllm" else config
+    extra = json.loads(os.environ.get("ENGINE_BUSY_VLLM_CONFIG", "{}"))  # a diagnosis's engine change, for all
+    return {**config, "enforce_eager": True, **extra} if engine == "vllm" else config
 
 
 LOCK = Path("/tmp/batchmark-vllm.lock")
-TOOLS = ("guidellm", "batchmark_batch", "batchmark_continuous")
+TOOLS = ("vllm_chunked", "vllm_engine_loop", "guidellm", "batchmark_batch", "batchmark_continuous")
+# Each batchmark dispatch mode's reference: the plain loop (plain_loop.py) doing its job with no harness.
+REFERENCE = {"batchmark_batch": "vllm_chunked", "batchmark_continuous": "vllm_engine_loop", "guidellm": "vllm_chunked"}
+PY_SPY = Path(sys.executable).parent.parent.parent / ".venv" / "bin" / "py-spy"
 
 
 def environment(engine: str, mode: str, probe_dir: Path) -> dict[str, str]:
@@ -157,17 +175,66 @@ def batchmark_command(
     return [str(PYTHON), "-m", "batchmark.runner.cli", "run", "--config", str(path), "--quiet"]
 
 
+def plain_loop_command(model: Path, engine: str, batch_size: int, requests: int, loop: str) -> list[str]:
+    return [
+        str(PYTHON),
+        str(HERE / "plain_loop.py"),
+        str(model),
+        "--loop",
+        loop,
+        "--batch-size",
+        str(batch_size),
+        "--requests",
+        str(requests),
+        "--prompt-tokens",
+        str(PROMPT_TOKENS),
+        "--output-tokens",
+        str(OUTPUT_TOKENS),
+        "--vllm-config",
+        json.dumps(vllm_config(engine)),
+    ]
+
+
 def measure(
-    tool: str, engine: str, mode: str, model: Path, batch_size: int, requests: int, workdir: Path
+    tool: str,
+    engine: str,
+    mode: str,
+    model: Path,
+    batch_size: int,
+    requests: int,
+    workdir: Path,
+    py_spy: Path | None = None,
 ) -> dict[str, Any]:
     probe_dir = Path(tempfile.mkdtemp(prefix=f"probe-{tool}-", dir=workdir))
     out = workdir / f"{tool}-{engine}-{mode}-{batch_size}.json"
     env = environment(engine, mode, probe_dir)
     if tool == "guidellm":
         command = guidellm_command(model, engine, batch_size, requests, out)
+    elif tool.startswith("vllm_"):
+        command = plain_loop_command(model, engine, batch_size, requests, tool.removeprefix("vllm_"))
     else:
         dispatch = tool.removeprefix("batchmark_")
         command = batchmark_command(model, engine, batch_size, requests, dispatch, out, workdir)
+    pinned = dict(item.split(":", 1) for item in filter(None, os.environ.get("ENGINE_BUSY_TASKSET", "").split(";")))
+    if tool in pinned:  # the tool's processes start on these CPUs (vLLM's auto binding then picks among them)
+        command = ["taskset", "-c", pinned[tool], *command]
+    if py_spy is not None:
+        # Sampled from outside: no code of the tool's changes.
+        py_spy.mkdir(parents=True, exist_ok=True)
+        profile = py_spy / f"{tool}-{engine}-{mode}-{batch_size}.txt"
+        command = [
+            str(PY_SPY),
+            "record",
+            "--subprocesses",
+            "--format",
+            "raw",
+            "--rate",
+            "200",
+            "--output",
+            str(profile),
+            "--",
+            *command,
+        ]
     load_before = os.getloadavg()[0]
     try:
         wall = execute(command, env, out.with_suffix(".log"))
@@ -184,6 +251,9 @@ def measure(
         "steps_per_1000_requests": 1000 * figures["steps"] / requests,
         "harness_cpu_per_request": figures["harness_cpu_seconds"] / requests,
         "output_tokens_per_second": requests * OUTPUT_TOKENS / window,
+        "core_step_ms_mean": 1000 * figures["core_step_seconds_mean"],
+        "core_step_ms_median": 1000 * figures["core_step_seconds_median"],
+        "cpu_by_process": figures["cpu_by_process"],
         "window_seconds": window,
         "wall_seconds": wall,
         "processes_left_behind": len(leftovers),
@@ -191,7 +261,7 @@ def measure(
         "vllm_processes_after": vllm_after,
         "load_average": [load_before, load_after],
     }
-    if tool != "guidellm":
+    if tool.startswith("batchmark_"):
         [result] = json.loads(out.read_text())["benchmarks"]
         overhead = result["distributions"]["dispatch_overhead"]
         row["own"] = {
@@ -209,15 +279,23 @@ def measure(
     return row
 
 
-FIGURES = ("busy", "core_busy", "steps_per_1000_requests", "harness_cpu_per_request", "output_tokens_per_second")
+FIGURES = (
+    "busy",
+    "core_busy",
+    "steps_per_1000_requests",
+    "harness_cpu_per_request",
+    "output_tokens_per_second",
+    "core_step_ms_mean",
+    "core_step_ms_median",
+)
 OWN = ("engine_utilization", "dispatch_overhead_mean", "engine_steps_per_1000_requests", "harness_cpu_per_request")
 
 
-def spread(values: list[float]) -> dict[str, float] | None:
-    values = [value for value in values if value is not None]
-    if not values:
+def spread(values: list[float | None] | list[float]) -> dict[str, float] | None:
+    present = [value for value in values if value is not None]
+    if not present:
         return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return {"median": statistics.median(present), "min": min(present), "max": max(present)}
 
 
 def same_round_ratios(rounds: list[dict[str, Any]], tool: str, reference: str, key: str) -> list[float]:
@@ -247,12 +325,25 @@ def summarise(entry: dict[str, Any], tools: list[str]) -> None:
     summary: dict[str, Any] = {}
     for tool in tools:
         rows = [r[tool] for r in entry["rounds"] if tool in r]
-        summary[tool] = {key: spread([row[key] for row in rows]) for key in FIGURES}
+        summary[tool] = {key: spread([row.get(key) for row in rows]) for key in FIGURES}
         summary[tool]["load_average"] = spread([load for row in rows for load in row.get("load_average", [])])
-        if tool != "guidellm":
+        if tool.startswith("batchmark_"):
             summary[tool]["throughput_over_guidellm"] = spread(
                 same_round_ratios(entry["rounds"], tool, "guidellm", "output_tokens_per_second")
             )
+        if tool in REFERENCE:
+            reference = REFERENCE[tool]
+            summary[tool]["throughput_over_reference"] = spread(
+                same_round_ratios(entry["rounds"], tool, reference, "output_tokens_per_second")
+            )
+            summary[tool]["step_time_over_reference"] = spread(
+                same_round_ratios(entry["rounds"], tool, reference, "core_step_ms_mean")
+            )
+        processes = [row.get("cpu_by_process", []) for row in rows]
+        summary[tool]["cpu_seconds_by_role"] = {
+            role: spread([sum(p["cpu_seconds"] for p in run if p["role"] == role) for run in processes])
+            for role in sorted({p["role"] for run in processes for p in run})
+        }
         if rows and "own" in rows[0]:
             summary[tool]["own"] = {key: spread([row["own"][key] for row in rows]) for key in OWN}
             summary[tool]["own_minus_probe_busy"] = spread(
@@ -307,7 +398,40 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def dispatch_table(results: dict[str, Any]) -> str:
+    """Each tool against its plain loop (issue 23): throughput and the engine core's time per step, same round."""
+    roles = ("vLLM caller", "tool's other process", "VLLM::EngineCore", "VLLM::Worker")
+    lines = [
+        f"#### {results['engine']} engine, vLLM {results['mode']}: against the plain loops "
+        f"(median [min–max] of {results['rounds']} rounds; ratios within each round)",
+        "",
+        "| B | tool | out tok/s | × plain loop | ms / core step | step time × plain loop | core busy "
+        "| steps / 1k req | harness CPU ms / req | CPU s: caller | CPU s: other | CPU s: engine core "
+        "| CPU s: model worker |",
+        "|---:|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for batch_size, entry in results["by_batch_size"].items():
+        for tool, figures in entry.get("summary", {}).items():
+            if figures["busy"] is None:
+                continue
+            cpu = figures["harness_cpu_per_request"]
+            cpu_ms = {key: value * 1000 for key, value in cpu.items()} if cpu else None
+            by_role = figures.get("cpu_seconds_by_role", {})
+            lines.append(
+                f"| {batch_size} | {tool.replace('_', ' ')} | {cell(figures['output_tokens_per_second'], ',.0f')} | "
+                f"{cell(figures.get('throughput_over_reference'), '.3f')} | "
+                f"{cell(figures.get('core_step_ms_mean'), '.3f')} | "
+                f"{cell(figures.get('step_time_over_reference'), '.3f')} | {cell(figures['core_busy'], '.4f')} | "
+                f"{cell(figures['steps_per_1000_requests'], ',.0f')} | {cell(cpu_ms, '.3f')} | "
+                + " | ".join(cell(by_role.get(role), ".1f") for role in roles)
+                + " |"
+            )
+    return "\n".join(lines)
+
+
 def requests(batch_size: int, args: argparse.Namespace) -> int:
+    if args.requests:
+        return int(args.requests)
     return max(256, int(args.requests_per_concurrency * 4 * batch_size))
 
 
@@ -315,6 +439,14 @@ def rotated(items: list[str], round_index: int) -> list[str]:
     """``items`` starting at the round's index: who runs first changes from round to round."""
     shift = round_index % len(items)
     return items[shift:] + items[:shift]
+
+
+def running_order(tools: list[str], round_index: int) -> list[str]:
+    """Who runs when in a round: rotated (who goes first changes), and reversed every other round, so that no
+    tool always runs right after the same other one. A run right after another is slower (issue 23:
+    benchmarks/notes/harness-contention.md), and plain rotation kept every pair's order."""
+    order = rotated(tools, round_index // 2)
+    return order[::-1] if round_index % 2 else order
 
 
 def main() -> None:
@@ -325,9 +457,11 @@ def main() -> None:
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests-per-concurrency", type=float, default=2.0)
+    parser.add_argument("--requests", type=int, help="requests per run at every batch size (instead of the above)")
     parser.add_argument("--output-suffix", default="")
     parser.add_argument("--resume", action="store_true", help="add the rounds to the results files already there")
     parser.add_argument("--report-only", action="store_true", help="print the tables of the results files there")
+    parser.add_argument("--py-spy", type=Path, help="record every run with py-spy into this folder (a diagnosis)")
     args = parser.parse_args()
     model = ensure_model()
     tools = args.tools.split(",")
@@ -380,9 +514,9 @@ def main() -> None:
                             entry = results["by_batch_size"][str(batch_size)]
                             index = len(entry["rounds"])
                             measured: dict[str, Any] = {"load_average": os.getloadavg()[0]}
-                            for tool in rotated(tools, index):
+                            for tool in running_order(tools, index):
                                 measured[tool] = measure(
-                                    tool, engine, mode, model, batch_size, entry["requests"], workdir
+                                    tool, engine, mode, model, batch_size, entry["requests"], workdir, args.py_spy
                                 )
                             entry["rounds"].append(measured)
                             summarise(entry, tools)
@@ -393,6 +527,7 @@ def main() -> None:
                             print(f"{engine} {mode} B={batch_size} round {index + 1} done", file=sys.stderr)
         for results in by_mode.values():
             print(table(results), flush=True)
+            print(dispatch_table(results), flush=True)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,11 @@ def analyse(directory: Path) -> dict[str, Any]:
         start, end = _at(record["cpu"], low), _at(record["cpu"], high)
         cpu, engine_cpu, probe = (b - a for a, b in zip(start, end, strict=True))
         harness += max(0.0, cpu - engine_cpu - probe)
+    durations = sorted(end - start for start, end in core_calls)
     return {
+        "core_step_seconds_mean": sum(durations) / len(durations) if durations else None,
+        "core_step_seconds_median": durations[len(durations) // 2] if durations else None,
+        "cpu_by_process": _cpu_by_process(records, engine, low, high),
         "window_seconds": window,
         "busy_fraction": _union(calls, low, high) / window if window > 0 else None,
         "core_busy_fraction": _union(core_calls, low, high) / window if window > 0 and core_calls else None,
@@ -97,3 +101,54 @@ def analyse(directory: Path) -> dict[str, Any]:
         "processes": len(records),
         "engine_processes": len(engine),
     }
+
+
+def _role(record: dict[str, Any], engine: set[int]) -> str:
+    """What a process is to the run: the engine core, the process calling vLLM's API, or another of the tool's."""
+    title = record.get("title") or ""
+    if record["pid"] in engine:
+        return title if title.startswith("VLLM::") else "engine core"
+    if record["calls"]:
+        return "vLLM caller"
+    return "tool's other process"
+
+
+def _thread_cpu(samples: list[list[Any]], low: float, high: float) -> dict[str, float]:
+    """CPU seconds of each thread name within [low, high], from the per-second per-thread samples (a thread
+    absent from a sample had used none yet, or had ended: its last reading holds)."""
+    if not samples:
+        return {}
+    tids = {tid for _, threads in samples for tid in threads}
+    used: dict[str, float] = {}
+    for tid in tids:
+        series = []
+        last = 0.0
+        name = ""
+        for when, threads in samples:
+            if tid in threads:
+                name, last = threads[tid]
+            series.append([when, last])
+        start, end = _at(series, low)[0], _at(series, high)[0]
+        used[name] = used.get(name, 0.0) + max(0.0, end - start)
+    return used
+
+
+def _cpu_by_process(records: list[dict[str, Any]], engine: set[int], low: float, high: float) -> list[dict[str, Any]]:
+    """CPU seconds per process within the window (the probe's own removed), and per thread name."""
+    rows = []
+    for record in records:
+        if not record["cpu"]:
+            continue
+        start, end = _at(record["cpu"], low), _at(record["cpu"], high)
+        cpu, _, probe = (b - a for a, b in zip(start, end, strict=True))
+        threads = _thread_cpu(record.get("threads", []), low, high)
+        threads.pop("batchmark-probe", None)
+        rows.append(
+            {
+                "pid": record["pid"],
+                "role": _role(record, engine),
+                "cpu_seconds": max(0.0, cpu - probe),
+                "threads": dict(sorted(threads.items(), key=lambda item: -item[1])),
+            }
+        )
+    return sorted(rows, key=lambda row: -row["cpu_seconds"])

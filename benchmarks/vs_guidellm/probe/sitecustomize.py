@@ -47,6 +47,7 @@ class _Record:
         self.cpu_in_calls = 0.0
         self.engine_threads: set[int] = set()  # native ids of vLLM's Python threads
         self.samples: list[tuple[float, float, float, float]] = []
+        self.thread_samples: list[tuple[float, dict[str, list[Any]]]] = []
         self.probe_thread: int | None = None
         self.written = 0.0
         self.local = threading.local()
@@ -70,8 +71,24 @@ class _Record:
         probe = time.thread_time()
         self.samples.append((time.monotonic(), times.user + times.system, self.engine_cpu(), probe))
 
+    def sample_threads(self) -> None:
+        """Every thread's name and CPU seconds now (at the write cadence: a sample reads one file per thread)."""
+        threads: dict[str, list[Any]] = {}
+        python = {str(thread.native_id): thread.name for thread in threading.enumerate()}
+        with contextlib.suppress(OSError):
+            for name in os.listdir("/proc/self/task"):
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    with open(f"/proc/self/task/{name}/stat") as stat:
+                        text = stat.read()
+                    comm = text[text.index("(") + 1 : text.rindex(")")]
+                    fields = text.rsplit(")", 1)[1].split()
+                    threads[name] = [python.get(name, comm), (int(fields[11]) + int(fields[12])) / _TICKS]
+        self.thread_samples.append((time.monotonic(), threads))
+
     def dump(self) -> None:
         assert _DIRECTORY is not None
+        with contextlib.suppress(OSError), open("/proc/self/cmdline", "rb") as cmdline:
+            self.title = cmdline.read().split(b"\0")[0].decode(errors="replace")
         with self.lock:
             data: dict[str, Any] = {
                 "pid": os.getpid(),
@@ -82,6 +99,8 @@ class _Record:
                 "core_calls": self.core_calls,
                 "core_steps": self.core_steps,
                 "cpu": self.samples,
+                "threads": self.thread_samples,
+                "title": getattr(self, "title", ""),
             }
         path = os.path.join(_DIRECTORY, f"{os.getpid()}.json")
         partial = path + ".partial"
@@ -100,6 +119,7 @@ def _sampler() -> None:
         now = time.monotonic()
         if now - RECORD.written >= _WRITE_SECONDS:
             RECORD.written = now
+            RECORD.sample_threads()
             with contextlib.suppress(OSError):
                 RECORD.dump()
         time.sleep(_SAMPLE_SECONDS)
@@ -215,6 +235,7 @@ if _DIRECTORY:
             return  # a forked child holds a copy of its parent's record, not its own
         with contextlib.suppress(Exception):
             RECORD.sample()
+            RECORD.sample_threads()
             RECORD.dump()
 
     atexit.register(_final)

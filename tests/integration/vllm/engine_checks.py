@@ -24,6 +24,7 @@ from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.request_format import (
     ChatPromptBuilder,
     RequestFormatError,
+    fitted_text,
     parse_request_format,
 )
 from batchmark.runner.engines.vllm_engine import special_token_ids
@@ -63,6 +64,7 @@ def main() -> None:
     assert isinstance(engine, GenerateEngine)
     results["info"] = {"kind": engine.info.kind, "version": engine.info.version, "details": engine.info.details}
     results["typed_prompts"] = engine.engine_input is not None
+    results["stat_loggers_dropped"] = engine.llm.llm_engine.logger_manager is None
 
     # Batch: one generate() per batch; the too-long prompt (id 3) must fail alone.
     batch = [item(1, 32, 5), item(2, 64, 9), item(3, max_model_len + 50, 4), item(4, 16, 1), item(5, 100, 17)]
@@ -107,6 +109,17 @@ def main() -> None:
             "completion": record(completion),
         }
     results["formats"] = formats
+    # Synthetic content in a template: exactly the requested tokens, the template's own on top.
+    templated = ChatPromptBuilder(parse_request_format("default-template"), tokenizer, factory, TokensPrompt)
+    specs = [RequestSpec(request_id, 256, 1, -1, 0) for request_id in range(40)]
+    results["fitted_content_tokens"] = [
+        len(tokenizer.encode(fitted_text(tokenizer, factory.token_ids(spec)), add_special_tokens=False))
+        for spec in specs
+    ]
+    results["unfitted_content_tokens"] = [
+        len(tokenizer.encode(tokenizer.decode(factory.token_ids(spec)), add_special_tokens=False)) for spec in specs
+    ]
+    results["default_template_prompt_tokens"] = [len(templated.token_ids(spec)) for spec in specs]
     try:
         ChatPromptBuilder(parse_request_format(BROKEN_JINJA), tokenizer, factory, TokensPrompt).probe()
         results["broken_template"] = None

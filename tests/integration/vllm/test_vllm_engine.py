@@ -8,6 +8,7 @@ engine core and worker processes ~15-22 s).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 
 from batchmark.runner.engines.vllm_engine import ENGINE_SHUTDOWN_SECONDS
-from tests.integration.vllm.conftest import HERE, MAX_MODEL_LEN, VllmSetup, describe
+from tests.integration.process_tree import descendants
+from tests.integration.vllm.conftest import HERE, MAX_MODEL_LEN, RUN_TIMEOUT, VllmSetup, describe
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
@@ -80,6 +82,9 @@ def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: Vllm
     checks = json.loads(out.read_text())
     assert checks["info"]["kind"] == "vllm"
     assert checks["info"]["details"]["engine_stats"] is True
+    # vLLM's stat loggers (its log line, its Prometheus metrics) are gone; the per-request stats, asserted
+    # below as timings, stay.
+    assert checks["stat_loggers_dropped"] is True
 
     # Batch dispatch: outputs matched to our ids, exact lengths, the too-long prompt fails alone.
     batch = {record["request_id"]: record for record in checks["batch"]}
@@ -116,6 +121,12 @@ def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: Vllm
     formats = checks["formats"]
     assert formats["plain"]["prompt_token_ids"] == 24
     assert formats["default-template"]["text"].startswith("<s><|user|>\n")
+    # The text of random ids tokenizes to more tokens than the ids; fitted, to exactly the requested 256, and
+    # the template adds the same few tokens to every prompt.
+    assert sum(checks["unfitted_content_tokens"]) > 256 * len(checks["unfitted_content_tokens"])
+    assert set(checks["fitted_content_tokens"]) == {256}
+    [templated] = set(checks["default_template_prompt_tokens"])
+    assert 256 < templated < 256 + 16
     assert formats["default-template"]["text"].endswith("<|assistant|>\n")
     assert formats["jinja"]["text"].startswith("### Question\n")
     assert "### Answer" in formats["jinja"]["text"]
@@ -165,6 +176,67 @@ def test_cli_continuous_dispatch_in_a_spawned_worker_with_a_jinja_template(
     assert "Passing raw prompts" not in result.stdout + result.stderr  # typed EngineInput to add_request
     # Nothing waits for a batch to fill: no batch wait, and batch_size caps what is in flight.
     assert benchmark["distributions"]["batch_wait"]["max"] == 0
+
+
+def _threads_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of the process (one set when all its threads share one)."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.add(frozenset(os.sched_getaffinity(int(task.name))))
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return found
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _placement_while_running(main_pid: int, timeout: float) -> tuple[frozenset[int], frozenset[int]]:
+    """Once the run's main process has moved: the CPUs of vLLM's model worker, and the one CPU set that every
+    thread of the main process and of the engine worker (vLLM's frontend threads in it included) is on."""
+    everything = frozenset(os.sched_getaffinity(0))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        main = _threads_cpus(main_pid)
+        below = descendants(main_pid)
+        models = [pid for pid in below if _title(pid).startswith("VLLM::Worker")]
+        cores = [pid for pid in below if _title(pid).startswith("VLLM::EngineCore")]
+        if models and cores and main and everything not in main:
+            worker = int(Path(f"/proc/{cores[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            harness, model = main | _threads_cpus(worker), _threads_cpus(models[0])
+            assert len(harness) == 1, f"the harness's threads are on different CPUs: {harness}"
+            assert len(model) == 1, f"vLLM's model worker's threads are on different CPUs: {model}"
+            return next(iter(model)), next(iter(harness))
+        time.sleep(0.1)
+    raise AssertionError(f"the run's main process never left the engine's CPUs within {timeout} s")
+
+
+def test_the_harness_runs_off_the_cpus_the_engine_computes_on(vllm_setup: VllmSetup, tmp_path: Path) -> None:
+    # vLLM's CPU backend binds its model worker to CPUs of its own (here one of the two) and leaves the rest to
+    # its engine core and frontend: batchmark's processes go there, every thread of them, and say so.
+    assert len(os.sched_getaffinity(0)) >= 2, "the placement needs two CPUs or more"
+    config = run_config(vllm_setup)
+    config["constraints"] = [{"kind": "max_requests", "count": 600}]  # seconds of running to look at
+    run = vllm_setup.start_batchmark(config, tmp_path)
+    try:
+        engine, harness = _placement_while_running(run.process.pid, RUN_TIMEOUT)
+        assert run.wait(RUN_TIMEOUT) == 0, run.stderr()[-6000:]
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+            run.process.wait()
+    assert engine
+    assert harness
+    assert not engine & harness
+    report = run.report()
+    assert report is not None
+    details = report["engine"]["details"]
+    assert (details["engine_cpus"], details["harness_cpus"]) == (sorted(engine), sorted(harness))
 
 
 def test_cli_default_template_in_a_spawned_worker(vllm_setup: VllmSetup, tmp_path: Path) -> None:

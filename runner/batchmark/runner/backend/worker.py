@@ -29,6 +29,7 @@ from typing import cast
 from batchmark.runner.backend.backend import VllmPythonBatchBackend
 from batchmark.runner.backend.batcher import MicroBatcher, RequestQueue
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
+from batchmark.runner.backend.cpu_placement import place_process, plan
 from batchmark.runner.backend.harness_usage import HarnessUsage
 from batchmark.runner.backend.messages import (
     BatchReport,
@@ -44,7 +45,7 @@ from batchmark.runner.backend.messages import (
     Submit,
     ToWorker,
 )
-from batchmark.runner.backend.process_group import kill_group, lead_own_group, wait_group_empty
+from batchmark.runner.backend.process_group import group_members, kill_group, lead_own_group, wait_group_empty
 from batchmark.runner.backend.reporter import Reporter
 from batchmark.runner.config import BackendConfig
 from batchmark.runner.data import RequestSpec
@@ -131,6 +132,9 @@ class EngineWorker:
             message = self._receive(timeout=0)
             if isinstance(message, Ready):
                 self._ready = True
+                harness_cpus = message.info.details.get("harness_cpus")
+                if harness_cpus:  # the worker left the engine's CPUs: this process follows it
+                    place_process(os.getpid(), harness_cpus)
                 return WorkerReady(info=message.info, load_seconds=message.load_seconds, pid=self._process.pid)
             if isinstance(message, LoadFailed):
                 self._exit_status(timeout=10)
@@ -301,6 +305,7 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, b
         conn.send(LoadFailed(message))
         return
     _settle_before_measuring()
+    _leave_engine_cpus(engine.info)
     conn.send(Ready(engine.info, backend.load_seconds or 0.0))
     settings = Reconfigure(config.batch_size, config.batch_timeout, config.dispatch)
     queue = _new_queue(settings)
@@ -357,6 +362,17 @@ def _settle_before_measuring() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def _leave_engine_cpus(info: EngineInfo) -> None:
+    """Move this process off the CPUs the engine bound itself to (backend/cpu_placement.py), and say where the
+    harness runs in the engine's details, which the main process reads to follow."""
+    placement = plan(group_members(os.getpid(), exclude=os.getpid()))
+    if placement is None:
+        return
+    place_process(os.getpid(), placement.harness_cpus)
+    info.details["engine_cpus"] = sorted(placement.engine_cpus)
+    info.details["harness_cpus"] = sorted(placement.harness_cpus)
 
 
 def _new_queue(settings: Reconfigure) -> RequestQueue[WorkItem]:

@@ -8,6 +8,12 @@
 
 Templated prompts are rendered to text, then tokenized once here, so the engine still receives token ids and
 does no tokenization of its own inside the timed ``generate()``.
+
+A synthetic request's content in a template is text, and the text of random token ids does not tokenize back
+to as many tokens: 256 random ids came back as 299 on average on the tests' tokenizer (bytes that are no
+character on their own, pieces that merge). So the content is fitted: its text tokenizes to exactly the
+requested count, as a user's prompt of that many tokens would, and the template's own tokens come on top (the
+report's prompt tokens are what the engine got, template included; the config holds what was asked).
 """
 
 from __future__ import annotations
@@ -146,7 +152,7 @@ class ChatPromptBuilder:
             content_ids = self._factory.token_ids(spec)
             if self.request_format.kind == "plain":
                 return content_ids
-            messages = [{"role": "user", "content": self._tokenizer.decode(content_ids)}]
+            messages = [{"role": "user", "content": fitted_text(self._tokenizer, content_ids)}]
         if self._template is None:
             text = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
@@ -177,6 +183,30 @@ class ChatPromptBuilder:
             ) from error
         if not token_ids:
             raise RequestFormatError(f"backend.request_format={self.request_format.kind}: the prompt came out empty")
+
+
+# Rounds of encode and cut (or extend): the first leaves the tokenizer's own tokens, which decode and encode to
+# themselves but where a cut splits a character's bytes.
+_FIT_ROUNDS = 4
+# What decoding writes for bytes that are no character (random ids are often parts of one): no content of ours.
+_NOT_A_CHARACTER = "\ufffd"
+
+
+def fitted_text(tokenizer: Tokenizer, token_ids: list[int]) -> str:
+    """Text made from ``token_ids`` that tokenizes to as many tokens as they are: their text without the
+    pieces of characters they split, encoded, cut to the count (or extended with its own start) and decoded
+    again until it holds. After ``_FIT_ROUNDS`` the closest text is kept (the engine's count is what the
+    report shows)."""
+    wanted = len(token_ids)
+    text = tokenizer.decode(token_ids).replace(_NOT_A_CHARACTER, "")
+    first: list[int] | None = None
+    for _ in range(_FIT_ROUNDS):
+        encoded = list(tokenizer.encode(text, add_special_tokens=False))
+        if len(encoded) == wanted or not encoded:
+            return text
+        first = encoded if first is None else first
+        text = tokenizer.decode((encoded + first * (wanted // len(first) + 1))[:wanted]).replace(_NOT_A_CHARACTER, "")
+    return text
 
 
 def _token_text(token: Any) -> str:
