@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -218,11 +219,17 @@ def _placement_while_running(main_pid: int, timeout: float) -> tuple[frozenset[i
 
 def test_the_harness_runs_off_the_cpus_the_engine_computes_on(vllm_setup: VllmSetup, tmp_path: Path) -> None:
     # vLLM's CPU backend binds its model worker to CPUs of its own (here one of the two) and leaves the rest to
-    # its engine core and frontend: batchmark's processes go there, every thread of them, and say so.
+    # its engine core and frontend: batchmark's processes go there, every thread of them, and say so. A sweep
+    # that reloads the engine gets the same binding again: the main process gives its CPUs back between loads.
     assert len(os.sched_getaffinity(0)) >= 2, "the placement needs two CPUs or more"
     config = run_config(vllm_setup)
-    config["constraints"] = [{"kind": "max_requests", "count": 600}]  # seconds of running to look at
-    run = vllm_setup.start_batchmark(config, tmp_path)
+    config["constraints"] = [{"kind": "max_requests", "count": 400}]  # seconds of running to look at
+    run = vllm_setup.start_batchmark(
+        config,
+        tmp_path,
+        args=("--sweep", "request_format=plain,default-template"),
+        VLLM_LOGGING_STREAM="ext://sys.stderr",
+    )
     try:
         engine, harness = _placement_while_running(run.process.pid, RUN_TIMEOUT)
         assert run.wait(RUN_TIMEOUT) == 0, run.stderr()[-6000:]
@@ -237,6 +244,10 @@ def test_the_harness_runs_off_the_cpus_the_engine_computes_on(vllm_setup: VllmSe
     assert report is not None
     details = report["engine"]["details"]
     assert (details["engine_cpus"], details["harness_cpus"]) == (sorted(engine), sorted(harness))
+    assert len(report["sweep"]["engine_loads"]) == 2
+    # vLLM's own account of its binding, once per load: the same CPUs both times.
+    bindings = re.findall(r"local_rank=0, core ids=\[([0-9, ]*)\]", run.stderr())
+    assert [sorted(int(cpu) for cpu in found.split(",")) for found in bindings] == [sorted(engine)] * 2
 
 
 def test_cli_default_template_in_a_spawned_worker(vllm_setup: VllmSetup, tmp_path: Path) -> None:

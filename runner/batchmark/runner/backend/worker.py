@@ -109,6 +109,7 @@ class EngineWorker:
         )
         self._child_conn = child_conn
         self._ready = False
+        self._cpus_before: set[int] | None = None  # this process's CPUs before it followed the worker
 
     def start(self, cancel: StopFlag | None = None) -> WorkerReady | None:
         """Start the process and wait until its engine is loaded; None when ``cancel`` was set first."""
@@ -133,7 +134,8 @@ class EngineWorker:
             if isinstance(message, Ready):
                 self._ready = True
                 harness_cpus = message.info.details.get("harness_cpus")
-                if harness_cpus:  # the worker left the engine's CPUs: this process follows it
+                if harness_cpus:  # the worker left the engine's CPUs: this process follows it until close()
+                    self._cpus_before = os.sched_getaffinity(0)
                     place_process(os.getpid(), harness_cpus)
                 return WorkerReady(info=message.info, load_seconds=message.load_seconds, pid=self._process.pid)
             if isinstance(message, LoadFailed):
@@ -197,6 +199,11 @@ class EngineWorker:
             wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
             self._process.join()
             self._conn.close()
+            if self._cpus_before is not None:
+                # Back where it was: a worker started next (a sweep's engine reload) inherits these CPUs, and
+                # vLLM binds its model to CPUs among those it is given.
+                place_process(os.getpid(), self._cpus_before)
+                self._cpus_before = None
 
     def _exit_status(self, timeout: float, hurry: StopFlag | None = None) -> int | None:
         """Wait up to ``timeout`` (cut short by ``hurry``) for the worker to exit, leaving it unreaped; its exit
