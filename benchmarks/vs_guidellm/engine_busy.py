@@ -363,6 +363,11 @@ def cell(value: dict[str, float] | None, fmt: str) -> str:
     return f"{value['median']:{fmt}} [{value['min']:{fmt}}–{value['max']:{fmt}}]"
 
 
+def milliseconds(seconds: dict[str, float] | None) -> dict[str, float] | None:
+    """A spread of seconds (median, min, max) in milliseconds."""
+    return {key: value * 1000 for key, value in seconds.items()} if seconds else None
+
+
 def table(results: dict[str, Any]) -> str:
     lines = [
         f"#### {results['engine']} engine, vLLM {results['mode']} (median [min–max] of {results['rounds']} rounds)",
@@ -378,10 +383,8 @@ def table(results: dict[str, Any]) -> str:
             if figures["busy"] is None:
                 continue
             own = figures.get("own")
-            cpu = figures["harness_cpu_per_request"]
-            cpu_ms = {key: value * 1000 for key, value in cpu.items()} if cpu else None
-            overhead = own["dispatch_overhead_mean"] if own else None
-            overhead_ms = {key: value * 1000 for key, value in overhead.items()} if overhead else None
+            cpu_ms = milliseconds(figures["harness_cpu_per_request"])
+            overhead_ms = milliseconds(own["dispatch_overhead_mean"] if own else None)
             left = sum(row[tool]["processes_left_behind"] for row in entry["rounds"] if tool in row)
             lines.append(
                 f"| {batch_size} | {tool.replace('_', ' ')} | {cell(figures['busy'], '.4f')} | "
@@ -414,8 +417,7 @@ def dispatch_table(results: dict[str, Any]) -> str:
         for tool, figures in entry.get("summary", {}).items():
             if figures["busy"] is None:
                 continue
-            cpu = figures["harness_cpu_per_request"]
-            cpu_ms = {key: value * 1000 for key, value in cpu.items()} if cpu else None
+            cpu_ms = milliseconds(figures["harness_cpu_per_request"])
             by_role = figures.get("cpu_seconds_by_role", {})
             lines.append(
                 f"| {batch_size} | {tool.replace('_', ' ')} | {cell(figures['output_tokens_per_second'], ',.0f')} | "
@@ -478,6 +480,7 @@ def main() -> None:
                     for entry in results["by_batch_size"].values():
                         summarise(entry, tools)
                     print(table(results), flush=True)
+                    print(dispatch_table(results), flush=True)
             continue
         by_mode: dict[str, dict[str, Any]] = {}
         for mode in modes:

@@ -84,8 +84,7 @@ def analyse(directory: Path) -> dict[str, Any]:
     for pid, record in by_pid.items():
         if pid in engine or not record["cpu"]:
             continue
-        start, end = _at(record["cpu"], low), _at(record["cpu"], high)
-        cpu, engine_cpu, probe = (b - a for a, b in zip(start, end, strict=True))
+        cpu, engine_cpu, probe = _window_cpu(record, low, high)
         harness += max(0.0, cpu - engine_cpu - probe)
     durations = sorted(end - start for start, end in core_calls)
     return {
@@ -101,6 +100,13 @@ def analyse(directory: Path) -> dict[str, Any]:
         "processes": len(records),
         "engine_processes": len(engine),
     }
+
+
+def _window_cpu(record: dict[str, Any], low: float, high: float) -> tuple[float, float, float]:
+    """The process's CPU seconds within [low, high]: all of it, vLLM's share of it, the probe's own."""
+    start, end = _at(record["cpu"], low), _at(record["cpu"], high)
+    cpu, engine_cpu, probe = (b - a for a, b in zip(start, end, strict=True))
+    return cpu, engine_cpu, probe
 
 
 def _role(record: dict[str, Any], engine: set[int]) -> str:
@@ -139,8 +145,7 @@ def _cpu_by_process(records: list[dict[str, Any]], engine: set[int], low: float,
     for record in records:
         if not record["cpu"]:
             continue
-        start, end = _at(record["cpu"], low), _at(record["cpu"], high)
-        cpu, _, probe = (b - a for a, b in zip(start, end, strict=True))
+        cpu, _, probe = _window_cpu(record, low, high)
         threads = _thread_cpu(record.get("threads", []), low, high)
         threads.pop("batchmark-probe", None)
         rows.append(

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from batchmark.runner.backend.process_group import engine_processes
 from batchmark.runner.engines.vllm_engine import ENGINE_SHUTDOWN_SECONDS
 from tests.integration.process_tree import descendants
 from tests.integration.vllm.conftest import HERE, MAX_MODEL_LEN, RUN_TIMEOUT, VllmSetup, describe
@@ -190,13 +191,6 @@ def _threads_cpus(pid: int) -> set[frozenset[int]]:
     return found
 
 
-def _title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _placement_while_running(main_pid: int, timeout: float) -> tuple[frozenset[int], frozenset[int]]:
     """Once the run's main process has moved: the CPUs of vLLM's model worker, and the one CPU set that every
     thread of the main process and of the engine worker (vLLM's frontend threads in it included) is on."""
@@ -205,8 +199,9 @@ def _placement_while_running(main_pid: int, timeout: float) -> tuple[frozenset[i
     while time.monotonic() < deadline:
         main = _threads_cpus(main_pid)
         below = descendants(main_pid)
-        models = [pid for pid in below if _title(pid).startswith("VLLM::Worker")]
-        cores = [pid for pid in below if _title(pid).startswith("VLLM::EngineCore")]
+        titles = {process.pid: process.title for process in engine_processes() if process.pid in below}
+        models = [pid for pid, title in titles.items() if title.startswith("VLLM::Worker")]
+        cores = [pid for pid, title in titles.items() if title.startswith("VLLM::EngineCore")]
         if models and cores and main and everything not in main:
             worker = int(Path(f"/proc/{cores[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
             harness, model = main | _threads_cpus(worker), _threads_cpus(models[0])
