@@ -153,7 +153,9 @@ class VllmPythonBatchBackendConfig(ConfigModel):
     )
     vllm_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="vLLM EngineArgs by their Python names (e.g. gpu_memory_utilization, max_model_len).",
+        description="vLLM EngineArgs by their Python names (e.g. gpu_memory_utilization, max_model_len)."
+        " disable_log_stats is true unless given or an SLO targets ttft or tpot, as vllm.LLM runs: false turns"
+        " on vLLM's per-request stats, which give TTFT and time per output token at a cost in CPU.",
     )
     dispatch: Literal["batch", "continuous"] = Field(
         default="batch",
@@ -205,6 +207,12 @@ class VllmPythonBatchBackendConfig(ConfigModel):
     def engine_args(self) -> dict[str, Any]:
         """The keyword arguments for ``vllm.LLM`` (or the simulated engine): vllm_config with our model."""
         return {**self.vllm_config, "model": self.model}
+
+    def with_engine_timings(self) -> VllmPythonBatchBackendConfig:
+        """This backend with vLLM's per-request stats turned on, unless vllm_config already decides."""
+        if "disable_log_stats" in self.vllm_config:
+            return self
+        return self.model_copy(update={"vllm_config": {**self.vllm_config, "disable_log_stats": False}})
 
 
 BackendConfig = VllmPythonBatchBackendConfig
@@ -730,6 +738,20 @@ def apply_overrides(backend: BackendConfig, values: dict[str, Any]) -> BackendCo
     return BackendConfig.model_validate(data)
 
 
+def _engine_timings_kept_on(timed: list[str], backend: BackendConfig | None, sweep: SweepConfig | None) -> None:
+    """A target on TTFT or TPOT cannot be judged where vllm_config turns vLLM's per-request stats off."""
+    if not timed or backend is None or backend.engine != "vllm":
+        return  # the simulated engine models its timestamps whatever vllm_config says
+    settings = [backend.vllm_config.get("disable_log_stats")]
+    if sweep is not None:
+        settings += (sweep.vllm_config or {}).get("disable_log_stats", [])
+    if any(setting is True for setting in settings):
+        raise ValueError(
+            f"{timed[0]} needs vLLM's per-request stats, which vllm_config.disable_log_stats=true turns off;"
+            " leave disable_log_stats out (an SLO on TTFT or TPOT turns the stats on) or drop the target"
+        )
+
+
 def reloads_engine(name: str) -> bool:
     """Whether sweeping this field needs a new engine."""
     return name not in WORKER_FIELDS
@@ -754,6 +776,15 @@ SLO_STATISTICS = {
     "p999": "p999",
     "max": "max",
 }
+
+
+# Only the engine's own per-request timestamps (vLLM's engine stats) give these.
+ENGINE_TIMED_DISTRIBUTIONS = frozenset({"time_to_first_token", "time_per_output_token"})
+
+
+def engine_timed_targets(slo: dict[str, float]) -> list[str]:
+    """The SLO names that need the engine's per-request timestamps: targets on TTFT or TPOT."""
+    return [name for name in slo if parse_slo_name(name)[0] in ENGINE_TIMED_DISTRIBUTIONS]
 
 
 def parse_slo_name(name: str) -> tuple[str, str]:
@@ -862,7 +893,7 @@ class RunConfig(ConfigModel):
 
     @field_validator("slo")
     @classmethod
-    def _known_targets(cls, slo: dict[str, float]) -> dict[str, float]:
+    def _known_targets(cls, slo: dict[str, float], info: ValidationInfo) -> dict[str, float]:
         spelling: dict[tuple[str, str], str] = {}
         for name, target in slo.items():
             statistic = parse_slo_name(name)
@@ -871,6 +902,7 @@ class RunConfig(ConfigModel):
             spelling[statistic] = name
             if not target > 0:
                 raise ValueError(f"{name}: the target must be a positive number of seconds, got {target}")
+        _engine_timings_kept_on(engine_timed_targets(slo), info.data.get("backend"), info.data.get("sweep"))
         return slo
 
     @field_validator("sweep")
@@ -966,6 +998,15 @@ class RunConfig(ConfigModel):
     def constraint(self, kind: str) -> Any:
         """The constraint of that kind, or None."""
         return next((constraint for constraint in self.constraints if constraint.kind == kind), None)
+
+    def point_backends(self) -> list[BackendConfig]:
+        """Each sweep point's backend as the run loads it (one, without a sweep): the point's values in place, and
+        vLLM's per-request stats on where an SLO targets TTFT or TPOT and vllm_config leaves them to batchmark."""
+        points = self.sweep.points() if self.sweep is not None else [{}]
+        backends = [apply_overrides(self.backend, point) for point in points]
+        if engine_timed_targets(self.slo):
+            return [backend.with_engine_timings() for backend in backends]
+        return backends
 
 
 OUTPUT_EXTENSIONS = (".json", ".yaml", ".yml", ".csv", ".html")

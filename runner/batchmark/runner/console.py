@@ -20,6 +20,12 @@ SIMULATED_BANNER = (
     "use them to test the harness, never as measurements."
 )
 
+ENGINE_STATS_OFF = (
+    "TTFT and TPOT not measured: vLLM's per-request stats were off, as vllm.LLM runs by default (they cost the"
+    " process calling vLLM about 1 ms of CPU per request); backend.vllm_config.disable_log_stats=false, or an"
+    " SLO on ttft or tpot, turns them on"
+)
+
 
 def simulated_banner(gpu_name: str | None) -> str:
     return SIMULATED_BANNER.format(gpu=gpu_name or "a GPU")
@@ -257,6 +263,8 @@ def run_notes(report: RunReport) -> list[str]:
         notes = [f"engine load time {report.engine.load_seconds:.2f} s (not timed)"]
     else:
         notes = [f"the engine had not loaded ({report.engine.load_seconds:.2f} s into loading)"]
+    if report.engine.details.get("engine_stats") is False:
+        notes.append(ENGINE_STATS_OFF)
     sweep = report.sweep
     if sweep is not None:
         loads = len(sweep.engine_loads)

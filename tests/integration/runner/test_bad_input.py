@@ -336,6 +336,18 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
         lambda t: run_args(extra=["--slo", "tpot_p50=1,time_per_output_token_median=2"]),
         ["--slo", "tpot_p50", "time_per_output_token_median", "same"],
     ),
+    "an SLO on TTFT with vLLM's per-request stats turned off": (
+        lambda t: run_args(
+            backend(engine="vllm", **{"vllm_config.disable_log_stats": True}), extra=["--slo", "ttft_p95=1"]
+        ),
+        ["--slo", "ttft_p95", "disable_log_stats=true"],
+    ),
+    "an SLO on TPOT with a sweep that turns vLLM's per-request stats off": (
+        lambda t: run_args(
+            backend(engine="vllm"), extra=["--sweep", "vllm_config.disable_log_stats=false,true", "--slo", "tpot_p99=1"]
+        ),
+        ["--slo", "tpot_p99", "disable_log_stats=true"],
+    ),
     # One line naming the option and the field, never a library's dump.
     "swept value beyond its bound": (
         lambda t: run_args(extra=["--sweep", "batch_timeout=1e300,1"]),

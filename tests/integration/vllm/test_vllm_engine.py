@@ -39,7 +39,7 @@ def run_config(setup: VllmSetup, **backend: Any) -> dict[str, Any]:
     }
 
 
-def assert_sane_report(report: dict[str, Any], dispatch: str) -> dict[str, Any]:
+def assert_sane_report(report: dict[str, Any], dispatch: str, engine_stats: bool) -> dict[str, Any]:
     assert report["dispatch"] == dispatch
     assert report["engine"]["kind"] == "vllm"
     assert report["engine"]["simulated"] is False
@@ -57,11 +57,22 @@ def assert_sane_report(report: dict[str, Any], dispatch: str) -> dict[str, Any]:
     assert result["engine_steps_per_1000_requests"] == pytest.approx(1000 * result["engine_steps"] / REQUESTS)
     assert result["distributions"]["dispatch_overhead"]["count"] == result["batches"]
     assert result["harness_cpu_per_request"] > 0
+    assert report["engine"]["details"]["engine_stats"] is engine_stats
+    samples = [sample for sample in result["samples"] if sample["error"] is None]
+    assert len(samples) == REQUESTS
+    if not engine_stats:
+        # vllm.LLM's default: no per-request timestamps, so no TTFT or TPOT rather than made-up ones.
+        assert result["distributions"]["time_to_first_token"]["count"] == 0
+        assert result["distributions"]["time_per_output_token"]["count"] == 0
+        for sample in samples:
+            assert (sample["engine_queued"], sample["engine_prefill"], sample["engine_decode"]) == (None, None, None)
+            assert sample["output_tokens"] == OUTPUT_TOKENS
+            assert sample["enqueued"] <= sample["dispatched"] <= sample["completed"]
+        return dict(result)
     # Engine stats are on: TTFT comes from vLLM's own timestamps, not zero.
     assert result["distributions"]["time_to_first_token"]["count"] == REQUESTS
     assert result["distributions"]["time_to_first_token"]["min"] > 0
-    samples = [sample for sample in result["samples"] if sample["error"] is None]
-    assert len(samples) == REQUESTS
+    assert result["distributions"]["time_per_output_token"]["count"] == REQUESTS
     for sample in samples:
         assert sample["output_tokens"] == OUTPUT_TOKENS
         assert sample["engine_queued"] is not None
@@ -158,7 +169,7 @@ def batch_fork_report(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFa
 
 
 def test_cli_batch_dispatch_in_a_forked_worker(batch_fork_report: dict[str, Any]) -> None:
-    result = assert_sane_report(batch_fork_report, "batch")
+    result = assert_sane_report(batch_fork_report, "batch", engine_stats=False)
     assert result["batches"] >= REQUESTS // 8
     assert result["distributions"]["batch_size"]["max"] <= 8
     assert batch_fork_report["engine"]["details"]["request_format"] == "plain"
@@ -168,10 +179,13 @@ def test_cli_continuous_dispatch_in_a_spawned_worker_with_a_jinja_template(
     vllm_setup: VllmSetup, tmp_path: Path
 ) -> None:
     config = run_config(vllm_setup, dispatch="continuous", request_format=JINJA_TEMPLATE)
+    config["slo"] = {"ttft_p95": 600.0}  # a target on TTFT turns vLLM's per-request stats on
     result, report = vllm_setup.batchmark(config, tmp_path, BATCHMARK_MP_CONTEXT="spawn")
     assert result.returncode == 0, describe(result)
     assert report is not None
-    benchmark = assert_sane_report(report, "continuous")
+    benchmark = assert_sane_report(report, "continuous", engine_stats=True)
+    assert benchmark["slo"]["met"] is True
+    assert report["config"]["backend"]["vllm_config"].get("disable_log_stats") is None  # echoed as written
     assert report["engine"]["details"]["request_format"] == "jinja"
     # The template adds its own tokens around each 48-token content.
     assert benchmark["distributions"]["prompt_tokens"]["min"] > 48
@@ -250,7 +264,7 @@ def test_cli_default_template_in_a_spawned_worker(vllm_setup: VllmSetup, tmp_pat
     result, report = vllm_setup.batchmark(config, tmp_path, BATCHMARK_MP_CONTEXT="spawn")
     assert result.returncode == 0, describe(result)
     assert report is not None
-    benchmark = assert_sane_report(report, "batch")
+    benchmark = assert_sane_report(report, "batch", engine_stats=False)
     assert benchmark["distributions"]["prompt_tokens"]["min"] > 48
 
 

@@ -53,3 +53,24 @@ def test_the_summary_shows_steps_overhead_and_harness_cpu() -> None:
     assert "2000" in text  # 8 steps for 4 requests
     assert "0.00025" in text  # the overhead's mean (and median) per batch
     assert "harness CPU s/req" in text
+
+
+def test_the_summary_says_why_ttft_is_missing_when_vllms_stats_were_off() -> None:
+    event = batch(0, 0, 4, 0.2)
+    simulated = run_report([benchmark([event])])
+    stats_off = simulated.model_copy(
+        update={
+            "engine": simulated.engine.model_copy(
+                update={"kind": "vllm", "simulated": False, "details": {"engine_stats": False}}
+            )
+        }
+    )
+    stats_on = stats_off.model_copy(
+        update={"engine": stats_off.engine.model_copy(update={"details": {"engine_stats": True}})}
+    )
+    for report, said in ((stats_off, True), (stats_on, False), (simulated, False)):
+        output = io.StringIO()
+        print_summary(Console(file=output, width=400), report)
+        text = " ".join(output.getvalue().split())
+        assert ("TTFT and TPOT not measured" in text) is said
+        assert ("backend.vllm_config.disable_log_stats=false" in text) is said

@@ -162,6 +162,61 @@ def test_slo_names() -> None:
             parse_slo_name(bad)
 
 
+def vllm_config_of(run: RunConfig) -> list[dict[str, Any]]:
+    return [backend.vllm_config for backend in run.point_backends()]
+
+
+def test_an_slo_on_ttft_or_tpot_turns_vllms_per_request_stats_on_and_nothing_else_does() -> None:
+    vllm = {"model": "m", "engine": "vllm", "vllm_config": {"max_model_len": 64}}
+    # Without such a target the engine runs as vllm.LLM does (stats off): vllm_config is passed as written.
+    assert vllm_config_of(config(backend=vllm)) == [{"max_model_len": 64}]
+    assert vllm_config_of(config(backend=vllm, slo={"request_latency_p99": 1.0})) == [{"max_model_len": 64}]
+    for target in ("ttft_p95", "tpotP99", "time_to_first_token_max"):
+        assert vllm_config_of(config(backend=vllm, slo={target: 1.0})) == [
+            {"max_model_len": 64, "disable_log_stats": False}
+        ]
+    # Every point of a sweep loads its engine with them; the user's own setting is kept as written.
+    swept = config(backend=vllm, slo={"ttft_p95": 1.0}, sweep={"vllm_config": {"max_num_seqs": [4, 8]}})
+    assert vllm_config_of(swept) == [
+        {"max_model_len": 64, "max_num_seqs": 4, "disable_log_stats": False},
+        {"max_model_len": 64, "max_num_seqs": 8, "disable_log_stats": False},
+    ]
+    explicit = {**vllm, "vllm_config": {"disable_log_stats": False}}
+    assert vllm_config_of(config(backend=explicit, slo={"ttft_p95": 1.0})) == [{"disable_log_stats": False}]
+    # The user's config itself is left as written (the report echoes it).
+    assert config(backend=vllm, slo={"ttft_p95": 1.0}).backend.vllm_config == {"max_model_len": 64}
+
+
+def test_an_slo_on_ttft_or_tpot_is_refused_where_vllm_config_turns_the_stats_off() -> None:
+    stats_off = {"model": "m", "engine": "vllm", "vllm_config": {"disable_log_stats": True}}
+    with pytest.raises(ValidationError, match=r"ttft_p95 needs vLLM's per-request stats.*disable_log_stats=true"):
+        config(backend=stats_off, slo={"request_latency_p99": 1.0, "ttft_p95": 1.0})
+    swept_off = {"vllm_config": {"disable_log_stats": [False, True]}}
+    with pytest.raises(ValidationError, match=r"tpot_p50 needs vLLM's per-request stats"):
+        config(backend={"model": "m", "engine": "vllm"}, slo={"tpot_p50": 1.0}, sweep=swept_off)
+    # A budget that needs no engine timestamps, or the simulated engine (it models them), is accepted.
+    config(backend=stats_off, slo={"request_latency_p99": 1.0})
+    config(backend={**stats_off, "engine": "simulated"}, slo={"ttft_p95": 1.0})
+    with pytest.raises(UsageError, match=r"^--slo: ttft_p95 needs vLLM's per-request stats"):
+        load_config(
+            build_parser().parse_args(
+                [
+                    "run",
+                    "--backend",
+                    "kind=vllm_python_batch,model=m,engine=vllm,vllm_config.disable_log_stats=true",
+                    "--data",
+                    "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
+                    "--profile",
+                    "kind=throughput",
+                    "--constraint",
+                    "kind=max_requests,count=10",
+                    "--slo",
+                    "ttft_p95=1",
+                ]
+            )
+        )
+
+
 def test_request_budget_takes_the_tightest_target_and_fails_missing_values() -> None:
     budget = RequestBudget({"request_latency_p99": 2.0, "request_latency_p50": 1.0, "ttft_p95": 0.5})
     assert budget.limits == {"request_latency": 1.0, "time_to_first_token": 0.5}

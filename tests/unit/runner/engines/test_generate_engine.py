@@ -8,7 +8,7 @@ from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import EngineDead, EngineInfo, GenerateEngine, WorkItem
 from batchmark.runner.engines.factory import load_engine
 from batchmark.runner.engines.simulated import RequestOutput, SamplingParams, SimulatedLLM, TokensPrompt
-from batchmark.runner.engines.vllm_engine import StepCounter
+from batchmark.runner.engines.vllm_engine import StepCounter, engine_args
 
 
 def items(*prompt_lengths: int) -> list[WorkItem]:
@@ -195,3 +195,12 @@ def test_an_engine_error_without_a_death_fails_the_requests_as_before() -> None:
     failed = engine.add(WorkItem(RequestSpec(0, 8, 4, -1, 0), 0.0, 0.0))
     assert failed is not None
     assert failed.error == "RuntimeError: EngineCore encountered an issue"
+
+
+def test_vllm_runs_with_its_per_request_stats_off_unless_vllm_config_turns_them_on() -> None:
+    def stats_off(vllm_config: dict[str, Any]) -> Any:
+        return engine_args(VllmPythonBatchBackendConfig(model="m", vllm_config=vllm_config))["disable_log_stats"]
+
+    assert stats_off({}) is True  # as vllm.LLM runs by default
+    assert stats_off({"disable_log_stats": False}) is False
+    assert stats_off({"disable_log_stats": True}) is True
