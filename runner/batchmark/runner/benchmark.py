@@ -83,7 +83,7 @@ class BenchmarkRunner:
         self._load_started: float | None = None
         self._budget = RequestBudget(config.slo)
         self.points: list[dict[str, Any]] = config.sweep.points() if config.sweep is not None else [{}]
-        self._backends = config.point_backends()
+        self._backends = [config.point_backend(point) for point in self.points]
         self._data: DataSource = _data_source(config, self._backends)
         self._loaded: BackendConfig | None = None  # what the current worker's engine and settings are
         self._loads: list[EngineLoad] = []

@@ -999,14 +999,11 @@ class RunConfig(ConfigModel):
         """The constraint of that kind, or None."""
         return next((constraint for constraint in self.constraints if constraint.kind == kind), None)
 
-    def point_backends(self) -> list[BackendConfig]:
-        """Each sweep point's backend as the run loads it (one, without a sweep): the point's values in place, and
-        vLLM's per-request stats on where an SLO targets TTFT or TPOT and vllm_config leaves them to batchmark."""
-        points = self.sweep.points() if self.sweep is not None else [{}]
-        backends = [apply_overrides(self.backend, point) for point in points]
-        if engine_timed_targets(self.slo):
-            return [backend.with_engine_timings() for backend in backends]
-        return backends
+    def point_backend(self, point: dict[str, Any]) -> BackendConfig:
+        """A sweep point's backend as the run loads it (``{}``: the backend itself): the point's values in place,
+        and vLLM's per-request stats on where an SLO targets TTFT or TPOT and vllm_config leaves them to us."""
+        backend = apply_overrides(self.backend, point)
+        return backend.with_engine_timings() if engine_timed_targets(self.slo) else backend
 
 
 OUTPUT_EXTENSIONS = (".json", ".yaml", ".yml", ".csv", ".html")

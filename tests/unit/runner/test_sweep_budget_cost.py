@@ -163,7 +163,8 @@ def test_slo_names() -> None:
 
 
 def vllm_config_of(run: RunConfig) -> list[dict[str, Any]]:
-    return [backend.vllm_config for backend in run.point_backends()]
+    points = run.sweep.points() if run.sweep is not None else [{}]
+    return [run.point_backend(point).vllm_config for point in points]
 
 
 def test_an_slo_on_ttft_or_tpot_turns_vllms_per_request_stats_on_and_nothing_else_does() -> None:
