@@ -471,13 +471,22 @@ class ControlPlane:
         return context
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure."""
+        """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure.
+
+        A GET whose answer does not come within the timeout is asked once more, as the Kubernetes clients retry
+        an idempotent read: a loaded machine can stall the API server for that long."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", content_type)
-        with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as answer:
-            payload = answer.read()
+        for attempt in range(2 if method == "GET" else 1):
+            try:
+                with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as answer:
+                    payload = answer.read()
+                break
+            except TimeoutError:
+                if attempt == 1 or method != "GET":
+                    raise
         return json.loads(payload) if payload.startswith(b"{") else payload.decode()
 
     def _get(self, path: str) -> Any:
