@@ -25,6 +25,10 @@ class AdmissionQueue(RequestQueue[WorkItem]):
 
     def take(self, limit: int, block: bool) -> list[WorkItem] | None:
         """Up to ``limit`` waiting requests; with ``block``, wait for at least one. None once closed."""
+        if limit <= 0 and not block and not self._closed:
+            # Every seat taken, as at most steps: nothing to take, so no lock (a close seen a step late is
+            # seen at the next step).
+            return []
         with self._condition:
             while block and not self._queue and not self._closed:
                 self._condition.wait()
@@ -72,29 +76,35 @@ def dispatch_continuously(
         reporter.send(report)
         report_id += 1
 
+    # This loop runs once per engine step, and after each step on cold caches: it does as little as it can.
+    rejected: list[Completion] = []
+    running = 0  # requests in the engine
     while True:
-        free = max_in_flight - engine.in_flight()
-        items = queue.take(free, block=engine.in_flight() == 0)
+        items = queue.take(max_in_flight - running, block=running == 0)
         if items is None:
             return
-        rejected: list[Completion] = []
-        for item in items:
-            now = time.monotonic()
-            if period_start is None:
-                period_start = now
-            dispatched[item.spec.request_id] = now
-            failure = engine.add(item)
-            if failure is not None:
-                rejected.append(failure)
-        if engine.in_flight() == 0:
-            # Only rejected requests (or nothing): report them, the engine stays idle.
-            if rejected and period_start is not None:
+        if items:
+            rejected = []
+            for item in items:
                 now = time.monotonic()
-                send(rejected, now, period_start, running=0)
+                if period_start is None:
+                    period_start = now
+                dispatched[item.spec.request_id] = now
+                failure = engine.add(item)
+                if failure is not None:
+                    rejected.append(failure)
+            running = engine.in_flight()
+            if running == 0:
+                # Only rejected requests: report them, the engine stays idle.
+                if rejected and period_start is not None:
+                    send(rejected, time.monotonic(), period_start, running=0)
+                period_start = None
+                queue.task_done()
+                continue
+        elif running == 0:
             period_start = None
             queue.task_done()
             continue
-        running = engine.in_flight()
         try:
             finished = engine.step()
         except EngineDead:
@@ -103,11 +113,13 @@ def dispatch_continuously(
             finished = engine.abort_all()
             message = f"engine error: {type(error).__name__}: {error}"
             finished = [c._replace(error=message) for c in finished]
-        finished = rejected + finished
-        now = time.monotonic()
+        if rejected:
+            finished, rejected = rejected + finished, []
         if finished:
+            now = time.monotonic()
             assert period_start is not None
             send(finished, now, period_start, running)
-            period_start = now if engine.in_flight() else None
-        if engine.in_flight() == 0:
-            queue.task_done()
+            running = engine.in_flight()
+            period_start = now if running else None
+            if running == 0:
+                queue.task_done()

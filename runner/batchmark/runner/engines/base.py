@@ -6,7 +6,7 @@ import contextlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -40,6 +40,10 @@ class EngineClock:
     Everything else the dispatching thread does (taking a batch, matching outputs, reporting) is the harness's
     time, during which the engine does nothing; engine utilisation counts only what is measured here.
     ``cpu_seconds`` is the calling thread's CPU inside the calls: the engine's, never the harness's.
+
+    ``with clock:`` times one call. A class rather than a generator-based context manager: continuous dispatch
+    enters it at every engine step, and after each step the thread runs on cold caches, where a generator's
+    machinery was measured at about 10 µs a step (benchmarks/notes/harness-contention.md).
     """
 
     def __init__(self, steps: Callable[[], int] | None = None) -> None:
@@ -47,19 +51,17 @@ class EngineClock:
         self.seconds = 0.0
         self.cpu_seconds = 0.0
         self.last_started = 0.0
+        self._cpu_at_start = 0.0
         self._steps = steps
 
-    @contextlib.contextmanager
-    def call(self) -> Iterator[None]:
-        started = time.monotonic()
-        cpu = time.thread_time()
-        self.last_started = started
-        try:
-            yield
-        finally:
-            self.cpu_seconds += time.thread_time() - cpu
-            self.seconds += time.monotonic() - started
-            self.calls += 1
+    def __enter__(self) -> None:
+        self.last_started = time.monotonic()
+        self._cpu_at_start = time.thread_time()
+
+    def __exit__(self, *exception: object) -> None:
+        self.cpu_seconds += time.thread_time() - self._cpu_at_start
+        self.seconds += time.monotonic() - self.last_started
+        self.calls += 1
 
     def steps(self) -> int:
         """Engine steps run so far (0 where the engine does not say)."""
@@ -252,7 +254,7 @@ class GenerateEngine:
 
     def step(self) -> list[Completion]:
         try:
-            with self.clock.call():
+            with self.clock:
                 outputs = self.llm.llm_engine.step()
         except Exception as error:
             self._raise_if_dead(error)
@@ -319,7 +321,7 @@ class GenerateEngine:
         prompts = [request.prompt for _, request in prepared]
         params = [request.params for _, request in prepared]
         try:
-            with self.clock.call():
+            with self.clock:
                 outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as error:
             self._raise_if_dead(error)  # not split: a dead engine fails every half alike
