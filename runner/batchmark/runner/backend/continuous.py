@@ -26,8 +26,8 @@ class AdmissionQueue(RequestQueue[WorkItem]):
     def take(self, limit: int, block: bool) -> list[WorkItem] | None:
         """Up to ``limit`` waiting requests; with ``block``, wait for at least one. None once closed."""
         if limit <= 0 and not block and not self._closed:
-            # Every seat taken, as at most steps: nothing to take, so no lock (a close seen a step late is
-            # seen at the next step).
+            # Every seat is taken, as at most steps: nothing to take, so no lock. Reading the flag unlocked
+            # can miss a close by one step; the next step sees it.
             return []
         with self._condition:
             while block and not self._queue and not self._closed:
