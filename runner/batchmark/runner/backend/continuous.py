@@ -77,14 +77,13 @@ def dispatch_continuously(
         report_id += 1
 
     # This loop runs once per engine step, and after each step on cold caches: it does as little as it can.
-    rejected: list[Completion] = []
+    rejected: list[Completion] = []  # refused as they were added; reported with this pass's step, then emptied
     running = 0  # requests in the engine
     while True:
         items = queue.take(max_in_flight - running, block=running == 0)
         if items is None:
             return
         if items:
-            rejected = []
             for item in items:
                 now = time.monotonic()
                 if period_start is None:
@@ -94,15 +93,11 @@ def dispatch_continuously(
                 if failure is not None:
                     rejected.append(failure)
             running = engine.in_flight()
-            if running == 0:
-                # Only rejected requests: report them, the engine stays idle.
-                if rejected and period_start is not None:
-                    send(rejected, time.monotonic(), period_start, running=0)
-                period_start = None
-                queue.task_done()
-                continue
-        elif running == 0:
-            period_start = None
+        if running == 0:
+            # Only rejected requests (or nothing): report them, the engine stays idle.
+            if rejected and period_start is not None:
+                send(rejected, time.monotonic(), period_start, running=0)
+            rejected, period_start = [], None
             queue.task_done()
             continue
         try:
