@@ -479,13 +479,14 @@ class ControlPlane:
         request = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", content_type)
-        for attempt in range(2 if method == "GET" else 1):
+        attempts = 2 if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
             try:
                 with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as answer:
                     payload = answer.read()
                 break
             except TimeoutError:
-                if attempt == 1 or method != "GET":
+                if attempt == attempts:
                     raise
         return json.loads(payload) if payload.startswith(b"{") else payload.decode()
 

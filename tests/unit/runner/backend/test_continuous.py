@@ -62,9 +62,9 @@ class Reports:
             self.queue.close()
 
 
-def run(lengths: list[int], cap: int, refused: frozenset[int] = frozenset()) -> Any:
-    stand_in = StepEngine({str(index): length for index, length in enumerate(lengths)})
-    engine = GenerateEngine(
+def generate_engine(stand_in: StepEngine) -> GenerateEngine:
+    """The engine continuous dispatch drives, over the stand-in, with the step counter vLLM runs get."""
+    return GenerateEngine(
         SimpleNamespace(llm_engine=stand_in),
         prompts=None,  # type: ignore[arg-type]  # every request arrives prepared
         sampling_params=lambda spec: None,
@@ -72,6 +72,11 @@ def run(lengths: list[int], cap: int, refused: frozenset[int] = frozenset()) -> 
         steps=StepCounter(stand_in),
         engine_input=lambda prompt: prompt,
     )
+
+
+def run(lengths: list[int], cap: int, refused: frozenset[int] = frozenset()) -> Any:
+    stand_in = StepEngine({str(index): length for index, length in enumerate(lengths)})
+    engine = generate_engine(stand_in)
     queue = AdmissionQueue()
     queue.put(
         WorkItem(
@@ -137,24 +142,15 @@ def test_a_request_the_engine_refuses_fails_alone_in_the_first_report() -> None:
 
 
 def test_a_close_while_every_seat_is_taken_ends_dispatch_at_the_next_step() -> None:
-    queue_holder: list[AdmissionQueue] = []
+    queue = AdmissionQueue()
 
     def close_at_third_step(step: int) -> None:
         if step == 3:
-            queue_holder[0].close()
+            queue.close()
 
     stand_in = StepEngine({str(index): 1000 for index in range(6)}, close_at_third_step)
-    engine = GenerateEngine(
-        SimpleNamespace(llm_engine=stand_in),
-        prompts=None,  # type: ignore[arg-type]
-        sampling_params=lambda spec: None,
-        info=EngineInfo(kind="stand-in", model="stand-in"),
-        engine_input=lambda prompt: prompt,
-    )
-    queue = AdmissionQueue()
-    queue_holder.append(queue)
     queue.put(WorkItem(RequestSpec(index, 1, 1000, -1, 0), 0.0, 0.0, Prepared([1], index, None)) for index in range(6))
-    dispatch_continuously(engine, queue, cast(Reporter, Reports(queue, 6)), max_in_flight=2)
+    dispatch_continuously(generate_engine(stand_in), queue, cast(Reporter, Reports(queue, 6)), max_in_flight=2)
     assert stand_in.in_flight_at_steps == [2, 2, 2]  # the close is seen right after the step it came in
 
 
