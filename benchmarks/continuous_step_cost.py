@@ -23,9 +23,14 @@ import argparse
 import multiprocessing
 import multiprocessing.connection
 import statistics
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+# Run as a script from anywhere: the repository's root first, for plain_loop.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
 from batchmark.runner.backend.harness_usage import HarnessUsage
@@ -34,6 +39,7 @@ from batchmark.runner.backend.reporter import Outgoing, Reporter
 from batchmark.runner.data import RequestSpec
 from batchmark.runner.engines.base import EngineInfo, GenerateEngine, Prepared, WorkItem
 from batchmark.runner.engines.vllm_engine import StepCounter
+from benchmarks.vs_guidellm.plain_loop import engine_loop
 
 PROMPT = [1] * 16
 
@@ -50,6 +56,11 @@ class BlockingEngine:
         self.added = 0
         self.cpu_in_steps = 0.0
         self.steps = 0
+
+    @property
+    def renderer(self) -> SimpleNamespace:
+        """vLLM's renderer, for the plain loop: these prompts need no rendering."""
+        return SimpleNamespace(render_cmpl=lambda prompts: prompts)
 
     def add_request(self, request_id: str, prompt: Any, params: Any) -> None:
         self.left[request_id] = self.output_tokens - self.added % 16
@@ -136,21 +147,10 @@ def batchmark_step_cpu(requests: int, output_tokens: int, batch_size: int, step_
 
 
 def plain_loop_step_cpu(requests: int, output_tokens: int, batch_size: int, step_seconds: float) -> float:
-    """The same for the plain loop (vs_guidellm/plain_loop.py's ``engine_loop``, prompts already rendered)."""
+    """The same for vs_guidellm/plain_loop.py's ``engine_loop``."""
     engine = BlockingEngine(output_tokens, step_seconds)
-    in_flight = added = produced = 0
     started = time.thread_time()
-    while True:
-        while in_flight < batch_size and added < requests:
-            engine.add_request(str(added), PROMPT, None)
-            added += 1
-            in_flight += 1
-        if not in_flight:
-            break
-        for output in engine.step():
-            if output.finished:
-                in_flight -= 1
-                produced += len(output.outputs[0].token_ids)
+    engine_loop(SimpleNamespace(llm_engine=engine), [PROMPT] * requests, None, batch_size)
     spent = time.thread_time() - started
     return (spent - engine.cpu_in_steps) / engine.steps
 
