@@ -32,11 +32,11 @@ from typing import Any
 # Run as a script from anywhere: the repository's root first, for plain_loop.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batchmark.runner.backend.continuous import AdmissionQueue, dispatch_continuously
-from batchmark.runner.backend.harness_usage import HarnessUsage
-from batchmark.runner.backend.messages import BatchReport
-from batchmark.runner.backend.reporter import Outgoing, Reporter
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
+from batchmark.runner.dispatch.continuous import AdmissionQueue, dispatch_continuously
+from batchmark.runner.dispatch.harness_usage import HarnessUsage
+from batchmark.runner.dispatch.messages import BatchReport
+from batchmark.runner.dispatch.reporter import Outgoing, Reporter
 from batchmark.runner.engines.base import EngineInfo, GenerateEngine, Prepared, WorkItem
 from batchmark.runner.engines.vllm_engine import StepCounter
 from benchmarks.vs_guidellm.plain_loop import engine_loop

@@ -13,11 +13,11 @@ import argparse
 import statistics
 import time
 
-from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import RunConfig
-from batchmark.runner.htmlreport.render import render_report
-from batchmark.runner.metrics import MetricsObserver, MetricsServer
-from batchmark.runner.results import RunReport
+from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer
+from batchmark.runner.results.htmlreport.render import render_report
+from batchmark.runner.results.report import RunReport
+from batchmark.runner.run.benchmark import BenchmarkRunner
 
 
 def config(requests: int) -> RunConfig:

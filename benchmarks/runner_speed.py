@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import RunConfig
+from batchmark.runner.run.benchmark import BenchmarkRunner
 
 
 def config(time_scale: float, requests: int) -> RunConfig:

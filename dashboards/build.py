@@ -1,7 +1,7 @@
 """The three dashboards: "Benchmark run" (a run's live series), "Batch size comparison" (finished benchmarks'
 results from the operator's gauges) and "Operator" (the operator's own health).
 
-Every query reads series that batchmark declares: the runner's (batchmark.runner.metrics, scraped from the
+Every query reads series that batchmark declares: the runner's (batchmark.runner.observe.metrics, scraped from the
 benchmark pods by the chart's PodMonitor, which adds `namespace` and `pod`) and the operator's (its /metrics,
 scraped through the chart's ServiceMonitor). Panels pick a data source through the `datasource` variable, so
 the dashboards work with whatever Prometheus a Grafana has.

@@ -39,7 +39,7 @@ def main() -> None:
     import vllm
     from vllm.inputs import TokensPrompt
 
-    from batchmark.runner.data import RequestSpec
+    from batchmark.runner.data.requests import RequestSpec
     from batchmark.runner.engines.prompts import TokenPromptFactory
     from batchmark.runner.engines.vllm_engine import special_token_ids
 

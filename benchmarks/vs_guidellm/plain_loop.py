@@ -38,7 +38,7 @@ def main() -> None:
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    from batchmark.runner.data import RequestSpec
+    from batchmark.runner.data.requests import RequestSpec
     from batchmark.runner.engines.prompts import TokenPromptFactory
     from batchmark.runner.engines.vllm_engine import special_token_ids
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from batchmark.runner.backend.process_group import engine_processes
+from batchmark.runner.dispatch.process_group import engine_processes
 
 PROC = Path("/proc")
 

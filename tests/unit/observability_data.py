@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from batchmark.runner.aggregator import Aggregator, Window
-from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.config import RunConfig
+from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.engines.base import NO_TIMINGS, Completion
-from batchmark.runner.events import BatchEvent
-from batchmark.runner.profiles import Strategy
-from batchmark.runner.results import BenchmarkResult, EngineSummary, RunReport
+from batchmark.runner.results.report import BenchmarkResult, EngineSummary, RunReport
+from batchmark.runner.run.aggregator import Aggregator, Window
+from batchmark.runner.run.events import BatchEvent
+from batchmark.runner.run.profiles import Strategy
 
 CONFIG = RunConfig.model_validate(
     {

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__, contract
-from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS, MAX_LINGER_SECONDS
 from batchmark.runner.config import (
     MAX_CONSTRAINTS,
     MAX_REPEATS,
@@ -28,7 +27,8 @@ from batchmark.runner.config import (
     RunConfig,
     SweepConfig,
 )
-from batchmark.runner.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
+from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, MAX_LINGER_SECONDS
+from batchmark.runner.results.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
 # The resource's identity is part of the operator–runner contract; named here for the operator's modules.
 GROUP = contract.GROUP

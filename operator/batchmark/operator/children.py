@@ -113,7 +113,7 @@ def role(owner: Owner) -> dict[str, Any]:
 
     Only rules the operator holds itself, so that it needs no `escalate`: `create` cannot be narrowed to a name
     (the name is not known before), so the runner may create ConfigMaps in its namespace but never read or
-    change one; it writes its report once, into a ConfigMap it creates (batchmark.runner.statuswriter)."""
+    change one; it writes its report once, into a ConfigMap it creates (batchmark.runner.observe.statuswriter)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.arguments import port_number
+from batchmark.runner.config.arguments import port_number
 
 Subparsers = Any  # argparse's _SubParsersAction, which it does not export
 

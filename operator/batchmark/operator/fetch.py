@@ -27,13 +27,14 @@ from batchmark.operator.api import FINISHED_PHASES
 from batchmark.operator.kube import Kube
 from batchmark.operator.names import dns_label, dns_subdomain
 from batchmark.runner.config import OUTPUT_EXTENSIONS
-from batchmark.runner.configload import UsageError
-from batchmark.runner.console import print_error, print_plain, print_summary
+from batchmark.runner.config.load import UsageError
+from batchmark.runner.config.output_paths import output_problem
+from batchmark.runner.config.safeload import UnusableFile, read_document
 from batchmark.runner.contract import EXIT_CLUSTER, EXIT_OUTPUT_FAILED, EXIT_USAGE
-from batchmark.runner.outputs import output_problem, write_report
-from batchmark.runner.results import RunReport
-from batchmark.runner.safeload import UnusableFile, read_document
-from batchmark.runner.statuswriter import read_report_config_map
+from batchmark.runner.observe.console import print_error, print_plain, print_summary
+from batchmark.runner.observe.statuswriter import read_report_config_map
+from batchmark.runner.results.outputs import write_report
+from batchmark.runner.results.report import RunReport
 
 # A server that accepts the connection and never answers must not hang the command; one that refuses is told at
 # once. Seconds to connect, then to read each answer.

@@ -13,9 +13,9 @@ from rich.console import Console
 from batchmark.operator.api import API_VERSION, KIND, BatchBenchmarkSpec
 from batchmark.operator.names import dns_label
 from batchmark.runner.config import RunConfig
-from batchmark.runner.configload import UsageError, load_config
-from batchmark.runner.console import print_error
+from batchmark.runner.config.load import UsageError, load_config
 from batchmark.runner.contract import EXIT_USAGE
+from batchmark.runner.observe.console import print_error
 
 # What a pod runs as `batchmark run` options; --output, --quiet and --metrics-address are the laptop's (README,
 # `batchmark manifest`), and the pod's own are set by the operator.

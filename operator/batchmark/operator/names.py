@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from batchmark.runner.configload import UsageError
+from batchmark.runner.config.load import UsageError
 
 # RFC 1123 label: a namespace, and a BatchBenchmark's name (it also names the Job and labels its pods).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

@@ -34,7 +34,7 @@ from batchmark.operator.positions import QueuePosition, QueuePositions
 from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.watched import ApiChildren, Children
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
-from batchmark.runner.summary import headline, parse_summary
+from batchmark.runner.results.summary import headline, parse_summary
 
 log = logging.getLogger(__name__)
 

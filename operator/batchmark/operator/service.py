@@ -22,9 +22,9 @@ from batchmark.operator.handlers import build_registry, operator_memo
 from batchmark.operator.kube import Kube, api_client
 from batchmark.operator.metrics import OperatorMetrics
 from batchmark.operator.reconcile import Reconciler
-from batchmark.runner.console import print_error
+from batchmark.runner.config.safeload import UnusableFile, read_document
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.safeload import UnusableFile, read_document
+from batchmark.runner.observe.console import print_error
 
 log = logging.getLogger(__name__)
 _M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)

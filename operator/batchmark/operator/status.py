@@ -19,7 +19,7 @@ from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
 from batchmark.operator.kueue import QUEUE_NAME_LABEL, WorkloadView
 from batchmark.operator.positions import QueuePosition
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.summary import parse_summary
+from batchmark.runner.results.summary import parse_summary
 
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = ("Scheduled", "EngineLoaded", "Complete", "Failed")

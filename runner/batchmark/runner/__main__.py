@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from batchmark.runner.shutdown import Shutdown
+from batchmark.runner.lifecycle.shutdown import Shutdown
 
 
 def main(argv: Sequence[str] | None = None) -> int:

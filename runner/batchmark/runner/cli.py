@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchmark.runner import __version__
-from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
 from batchmark.runner.commands import compare, report, run
 from batchmark.runner.config import MAX_REPEATS, MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS
+from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.shutdown import Shutdown
-from batchmark.runner.statuswriter import StatusWriter
+from batchmark.runner.lifecycle.shutdown import Shutdown
+from batchmark.runner.observe.statuswriter import StatusWriter
 
 
 def build_parser() -> argparse.ArgumentParser:

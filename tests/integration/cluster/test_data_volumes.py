@@ -20,9 +20,9 @@ from kubernetes.client import CoreV1Api
 
 from batchmark.runner.cli import main
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
-from batchmark.runner.outputs import load_report
-from batchmark.runner.results import RunReport
-from batchmark.runner.statuswriter import read_report_config_map
+from batchmark.runner.observe.statuswriter import read_report_config_map
+from batchmark.runner.results.outputs import load_report
+from batchmark.runner.results.report import RunReport
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster
 from tests.cluster.volumes import bind_local_volume, release_local_volume

@@ -13,8 +13,8 @@ import yaml
 from kubernetes.client import CoreV1Api, V1ConfigMap, V1ObjectMeta
 
 from batchmark.runner.cli import main
-from batchmark.runner.outputs import load_report
-from batchmark.runner.statuswriter import read_report_config_map
+from batchmark.runner.observe.statuswriter import read_report_config_map
+from batchmark.runner.results.outputs import load_report
 from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply, wait_for_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]

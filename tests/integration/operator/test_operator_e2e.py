@@ -18,9 +18,9 @@ import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchmark.runner.outputs import load_report
-from batchmark.runner.statuswriter import read_report_config_map
-from batchmark.runner.summary import run_summary
+from batchmark.runner.observe.statuswriter import read_report_config_map
+from batchmark.runner.results.outputs import load_report
+from batchmark.runner.results.summary import run_summary
 from tests.cluster.fixtures import KubeCluster
 from tests.integration.operator.conftest import (
     OperatorProcess,

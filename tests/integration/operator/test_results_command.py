@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from batchmark.runner.cli import main
-from batchmark.runner.outputs import load_report
-from batchmark.runner.statuswriter import report_config_map_data
+from batchmark.runner.observe.statuswriter import report_config_map_data
+from batchmark.runner.results.outputs import load_report
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.fixtures import KubeCluster, fresh_namespace, required_binaries
 from tests.integration.operator.conftest import kubectl_apply, with_the_crd

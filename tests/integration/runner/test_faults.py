@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from batchmark.runner.shutdown import SHUTDOWN_SECONDS
+from batchmark.runner.lifecycle.shutdown import SHUTDOWN_SECONDS
 from tests.integration.runner.harness import (
     Outcome,
     Program,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from batchmark.runner.backend.process_group import (
+from batchmark.runner.dispatch.process_group import (
     EngineProcess,
     engine_processes,
     kill_group,
@@ -151,7 +151,7 @@ def test_a_sigkilled_main_process_takes_its_worker_along(tmp_path: Path, dispatc
 GROUP_WITH_CHILDREN = textwrap.dedent(
     """
     import multiprocessing, os, subprocess, sys, time
-    from batchmark.runner.backend.process_group import lead_own_group
+    from batchmark.runner.dispatch.process_group import lead_own_group
 
     def worker(parent_pid, conn):
         lead_own_group(parent_pid)

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.cli import main
 from batchmark.runner.config import RunConfig
 from batchmark.runner.engines.base import EngineInfo
-from batchmark.runner.events import RunObserver
-from batchmark.runner.pushgateway import results_registry
-from batchmark.runner.results import RunReport
-from batchmark.runner.summary import headline, run_summary, termination_message
+from batchmark.runner.observe.pushgateway import results_registry
+from batchmark.runner.results.report import RunReport
+from batchmark.runner.results.summary import headline, run_summary, termination_message
+from batchmark.runner.run.benchmark import BenchmarkRunner
+from batchmark.runner.run.events import RunObserver
 
 pytestmark = pytest.mark.integration
 

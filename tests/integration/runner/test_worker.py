@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from batchmark.runner.backend.backend import VllmPythonBatchBackend
-from batchmark.runner.backend.batcher import MicroBatcher
-from batchmark.runner.backend.messages import BatchReport, Stop, Submit
-from batchmark.runner.backend.reporter import Reporter
-from batchmark.runner.backend.worker import EngineWorker, _QueueSwitch, _receive_requests
 from batchmark.runner.config import VllmPythonBatchBackendConfig
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
+from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
+from batchmark.runner.dispatch.batcher import MicroBatcher
+from batchmark.runner.dispatch.messages import BatchReport, Stop, Submit
+from batchmark.runner.dispatch.reporter import Reporter
+from batchmark.runner.dispatch.worker import EngineWorker, _QueueSwitch, _receive_requests
 from batchmark.runner.engines.base import WorkItem
 from batchmark.runner.engines.factory import load_engine
 

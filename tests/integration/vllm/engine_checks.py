@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from batchmark.runner.config import VllmPythonBatchBackendConfig
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Completion, GenerateEngine, WorkItem
 from batchmark.runner.engines.factory import load_engine
 from batchmark.runner.engines.prompts import TokenPromptFactory

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from batchmark.runner.backend.process_group import engine_processes
+from batchmark.runner.dispatch.process_group import engine_processes
 from batchmark.runner.engines.vllm_engine import ENGINE_SHUTDOWN_SECONDS
 from tests.integration.process_tree import descendants
 from tests.integration.vllm.conftest import HERE, MAX_MODEL_LEN, RUN_TIMEOUT, VllmSetup, describe
@@ -283,7 +283,7 @@ def test_a_template_that_fails_is_a_config_error_before_any_engine_starts(
 
 VALIDATE_LOADS_NOTHING = """
 import multiprocessing, sys
-from batchmark.runner.backend.backend import VllmPythonBatchBackend
+from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
 from batchmark.runner.config import VllmPythonBatchBackendConfig
 assert multiprocessing.parent_process() is None
 backend = VllmPythonBatchBackend(VllmPythonBatchBackendConfig(model=sys.argv[1], engine="vllm"))

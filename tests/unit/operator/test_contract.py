@@ -7,7 +7,7 @@ import pytest
 from batchmark.operator import children
 from batchmark.operator.api import BatchBenchmarkSpec, BatchBenchmarkStatus
 from batchmark.runner import contract
-from batchmark.runner.statuswriter import StatusTarget
+from batchmark.runner.observe.statuswriter import StatusTarget
 
 
 def status_fields() -> set[str]:

@@ -15,7 +15,7 @@ from batchmark.operator.crd import CRD_FILE, crd_yaml, custom_resource_definitio
 from batchmark.operator.schema import Schema, SchemaError, structural_schema, walk
 from batchmark.runner.cli import build_parser
 from batchmark.runner.config import RunConfig
-from batchmark.runner.configload import load_config
+from batchmark.runner.config.load import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 

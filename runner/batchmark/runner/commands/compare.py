@@ -7,11 +7,11 @@ import argparse
 from rich.console import Console
 
 from batchmark.runner.commands.report import check_html_output, labels, load_results, write_html
-from batchmark.runner.configload import UsageError
-from batchmark.runner.console import print_error, print_plain
+from batchmark.runner.config.load import UsageError
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.htmlreport.render import print_comparison, render
-from batchmark.runner.results import Estimate, RepeatedBenchmark, RunReport
+from batchmark.runner.observe.console import print_error, print_plain
+from batchmark.runner.results.htmlreport.render import print_comparison, render
+from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport
 
 # The figures compared beyond their intervals; the latency statistics both runs carry are added.
 _FIGURES = ("output_tokens_per_second", "requests_per_second", "total_tokens_per_second")

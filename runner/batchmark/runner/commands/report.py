@@ -10,12 +10,13 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from batchmark.runner.configload import UsageError
-from batchmark.runner.console import print_error, print_plain
+from batchmark.runner.config.load import UsageError
+from batchmark.runner.config.output_paths import output_problem
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.htmlreport.render import render_report
-from batchmark.runner.outputs import load_report, output_problem, write_atomically
-from batchmark.runner.results import RunReport
+from batchmark.runner.observe.console import print_error, print_plain
+from batchmark.runner.results.htmlreport.render import render_report
+from batchmark.runner.results.outputs import load_report, write_atomically
+from batchmark.runner.results.report import RunReport
 
 
 def report_command(args: argparse.Namespace) -> int:

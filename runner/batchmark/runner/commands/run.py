@@ -11,23 +11,23 @@ from pathlib import Path
 
 from rich.console import Console
 
-from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS
-from batchmark.runner.backend.process_group import engine_processes, leftover_engines_warning
-from batchmark.runner.benchmark import BenchmarkRunner
 from batchmark.runner.config import RunConfig
-from batchmark.runner.configload import UsageError, load_config
-from batchmark.runner.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
+from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
+from batchmark.runner.config.load import UsageError, load_config
 from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
+from batchmark.runner.data.records import DataError
+from batchmark.runner.dispatch.process_group import engine_processes, leftover_engines_warning
 from batchmark.runner.engines.engine_args import EngineArgumentError
 from batchmark.runner.engines.factory import EngineUnavailable
 from batchmark.runner.engines.request_format import RequestFormatError
-from batchmark.runner.events import RunObserver
-from batchmark.runner.metrics import MetricsObserver, MetricsServer
-from batchmark.runner.outputs import write_reports
-from batchmark.runner.pushgateway import PushOutcome, push_results, run_succeeded
-from batchmark.runner.records import DataError
-from batchmark.runner.results import RunReport
-from batchmark.runner.shutdown import Shutdown
+from batchmark.runner.lifecycle.shutdown import Shutdown
+from batchmark.runner.observe.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
+from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer
+from batchmark.runner.observe.pushgateway import PushOutcome, push_results, run_succeeded
+from batchmark.runner.results.outputs import write_reports
+from batchmark.runner.results.report import RunReport
+from batchmark.runner.run.benchmark import BenchmarkRunner
+from batchmark.runner.run.events import RunObserver
 
 
 def run_command(

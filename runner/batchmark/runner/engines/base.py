@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
 
 NAN = math.nan
 

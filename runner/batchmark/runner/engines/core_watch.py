@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from batchmark.runner.engines.base import EngineDead
-from batchmark.runner.exitstatus import describe_exit
+from batchmark.runner.lifecycle.exitstatus import describe_exit
 
 # After a process's sentinel fires, how long to wait for its exit code (it may be reaped by vLLM's monitor
 # thread at the same moment, which then caches it on the shared Process object).

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from batchmark.runner.config import BackendConfig
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.records import prompt_text
+from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 from batchmark.runner.engines.bytetokens import byte_tokens
 from batchmark.runner.engines.prompts import TokenPromptFactory
@@ -24,7 +25,6 @@ from batchmark.runner.engines.simulated import (
     SimulatedLLM,
     TokensPrompt,
 )
-from batchmark.runner.records import prompt_text
 
 
 class EngineUnavailable(RuntimeError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
 
 _POOL_MIN = 1 << 16
 _MARKER_TOKENS = 3

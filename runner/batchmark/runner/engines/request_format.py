@@ -26,9 +26,9 @@ from typing import Any, Literal, Protocol
 import jinja2
 import jinja2.sandbox
 
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.records import prompt_text
+from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.prompts import TokenPromptFactory
-from batchmark.runner.records import prompt_text
 
 _JINJA_MARKERS = ("{{", "{%", "{#")
 # What a template is rendered against when checked before a run: the shape of our synthetic requests.

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from batchmark.runner.config import BackendConfig
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 from batchmark.runner.engines.core_watch import watch_engine_core
 from batchmark.runner.engines.prompts import TokenPromptFactory

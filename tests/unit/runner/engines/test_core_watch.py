@@ -14,7 +14,7 @@ import pytest
 
 from batchmark.runner.engines.base import EngineDead
 from batchmark.runner.engines.core_watch import EngineCoreWatch, watch_engine_core
-from batchmark.runner.exitstatus import describe_exit
+from batchmark.runner.lifecycle.exitstatus import describe_exit
 
 CONTEXT = multiprocessing.get_context("spawn")
 WAKE_SECONDS = 30.0  # for a hang, not speed: a spawn on two busy cores

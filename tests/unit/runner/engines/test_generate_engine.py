@@ -4,7 +4,7 @@ from typing import Any
 import pytest
 
 from batchmark.runner.config import VllmPythonBatchBackendConfig
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import EngineDead, EngineInfo, GenerateEngine, WorkItem
 from batchmark.runner.engines.factory import load_engine
 from batchmark.runner.engines.simulated import RequestOutput, SamplingParams, SimulatedLLM, TokensPrompt

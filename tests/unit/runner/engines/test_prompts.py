@@ -1,5 +1,5 @@
 from batchmark.runner.config import SyntheticTextDataConfig
-from batchmark.runner.data import SyntheticText
+from batchmark.runner.data.requests import SyntheticText
 from batchmark.runner.engines.prompts import TokenPromptFactory
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from batchmark.runner.data import RequestSpec
+from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.request_format import ChatPromptBuilder, fitted_text, parse_request_format
 

@@ -1,0 +1,271 @@
+"""The terminal: a banner for the simulated engine, a live progress bar, and the summary table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.results.notes import run_notes
+from batchmark.runner.results.report import Estimate, RunReport
+from batchmark.runner.run import events
+from batchmark.runner.run.profiles import Strategy
+
+SIMULATED_BANNER = (
+    "SIMULATED ENGINE: no model ran. Timings come from batchmark's model of vLLM on {gpu}; "
+    "use them to test the harness, never as measurements."
+)
+
+
+def simulated_banner(gpu_name: str | None) -> str:
+    return SIMULATED_BANNER.format(gpu=gpu_name or "a GPU")
+
+
+def print_error(console: Console, command: str, message: str, label: str = "error", style: str = "bold red") -> None:
+    """One message on the console; what the user typed (paths, names, values) is printed literally, never read
+    as markup."""
+    # Not wrapped: off a terminal (a pod's log) a message stays one line, whole.
+    console.print(
+        Text.assemble((f"batchmark {command}: {label}:", style), " ", message), highlight=False, soft_wrap=True
+    )
+
+
+def print_warning(console: Console, command: str, message: str) -> None:
+    print_error(console, command, message, label="warning", style="bold yellow")
+
+
+def print_plain(console: Console, message: str) -> None:
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+class ConsoleObserver(events.RunObserver):
+    """Prints to stderr, so stdout stays free for machine-readable output."""
+
+    def __init__(self, console: Console, show_progress: bool) -> None:
+        self.console = console
+        self.show_progress = show_progress and console.is_terminal
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
+        label = "SIMULATED engine (timings modelled, not measured)" if info.kind == "simulated" else "engine vllm"
+        print_plain(self.console, f"{label}: loaded {info.model} in {load_seconds:.2f} s")
+
+    def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
+        settings = ", ".join(f"{name}={value}" for name, value in values.items())
+        print_plain(self.console, f"sweep point {position + 1}/{total}: {settings}")
+
+    def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
+        if not self.show_progress:
+            print_plain(self.console, f"benchmark {position + 1}: {strategy.label}")
+            return
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._task = self._progress.add_task(f"{position + 1}. {strategy.label}", total=None, detail="")
+        self._progress.start()
+
+    def on_progress(self, progress: events.Progress) -> None:
+        if self._progress is None or self._task is None:
+            return
+        if progress.planned_seconds is not None:
+            total, done = progress.planned_seconds, progress.elapsed
+        else:
+            total, done = float(progress.planned_requests or 0), float(progress.completed + progress.errored)
+        rate = progress.output_tokens / progress.elapsed if progress.elapsed > 0 else 0.0
+        detail = f"done {progress.completed} err {progress.errored} in flight {progress.in_flight}  {rate:,.0f} tok/s"
+        self._progress.update(self._task, total=total or None, completed=done, detail=detail)
+
+    def on_benchmark_end(self, result: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._task = None
+
+
+def summary_tables(report: RunReport) -> list[Table]:
+    """Throughput, latency and the harness's cost as narrow tables, one row per benchmark, so they fit 80 columns."""
+    title = f"batchmark {report.name}: {report.engine.model} on {report.engine.kind}"
+    if report.engine.simulated:
+        title += " (SIMULATED)"
+    if not report.complete:
+        title += " (INCOMPLETE)"
+    throughput = Table(title=Text(title), title_justify="left")
+    latency = Table(title="latency, seconds (TTFT and TPOT from the engine's timings)", title_justify="left")
+    swept = list(report.benchmarks[0].swept) if report.benchmarks else []
+    for table in (throughput, latency):
+        for name in swept:
+            table.add_column(name.removeprefix("vllm_config."), justify="right")
+    harness = Table(
+        title="engine steps and the harness's own cost (overhead: seconds per batch the engine waited for it)",
+        title_justify="left",
+    )
+    for name in swept:
+        harness.add_column(name.removeprefix("vllm_config."), justify="right")
+    for column in ("benchmark", "steps", "steps/1k req", "overhead mean", "overhead p99", "harness CPU s/req"):
+        harness.add_column(column, justify="left" if column == "benchmark" else "right")
+    for column in ("benchmark", "stop", "ok/err/incompl", "req/s", "out tok/s", "total tok/s", "batch", "util"):
+        throughput.add_column(column, justify="left" if column in ("benchmark", "stop") else "right")
+    for column in ("benchmark", "lat p50", "lat p99", "queue p50", "TTFT p50", "TPOT p50", "batch dur", "overhead p50"):
+        latency.add_column(column, justify="left" if column == "benchmark" else "right")
+    tables = [throughput, latency, harness]
+    budget = _budget_table(report, swept)
+    if budget is not None:
+        tables.append(budget)
+    for result in report.benchmarks:
+        dist = result.distributions
+        counts = result.requests
+        values = [str(result.swept.get(name, "-")) for name in swept]
+        throughput.add_row(
+            *map(Text, values),
+            Text(result.strategy),
+            Text(result.stop_reason),
+            f"{counts.completed}/{counts.errored}/{counts.incomplete}",
+            f"{result.throughput.requests_per_second:,.2f}",
+            f"{result.throughput.output_tokens_per_second:,.1f}",
+            f"{result.throughput.total_tokens_per_second:,.1f}",
+            _number(dist.batch_size.mean),
+            f"{result.engine_utilization:.3f}",
+        )
+        latency.add_row(
+            *map(Text, values),
+            Text(result.strategy),
+            _number(dist.request_latency.median),
+            _number(dist.request_latency.p99),
+            _number(dist.queue_wait.median),
+            _number(dist.time_to_first_token.median),
+            _number(dist.time_per_output_token.median),
+            _number(dist.batch_duration.median),
+            _number(dist.dispatch_overhead.median),
+        )
+        harness.add_row(
+            *map(Text, values),
+            Text(result.strategy),
+            str(result.engine_steps),
+            _number(result.engine_steps_per_1000_requests),
+            _number(dist.dispatch_overhead.mean),
+            _number(dist.dispatch_overhead.p99),
+            _number(result.harness_cpu_per_request),
+        )
+    repeated = _repeats_table(report, swept)
+    if repeated is not None:
+        tables.append(repeated)
+    return tables
+
+
+def _interval(figure: Estimate | None, digits: str = ",.1f") -> str:
+    """mean ± half the 95% interval of a repeated figure."""
+    if figure is None:
+        return "-"
+    if figure.low is None or figure.high is None:
+        return format(figure.mean, digits)
+    return f"{figure.mean:{digits}} ± {(figure.high - figure.low) / 2:{digits}}"
+
+
+def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
+    """Each benchmark over its repeats: mean [95% CI] and the spread, only when the run repeated them."""
+    if not report.repeated:
+        return None
+    table = Table(
+        title=f"over {report.repeats} repeats: mean ± half the 95% confidence interval; spread = std / mean",
+        title_justify="left",
+    )
+    latency_names = list(report.repeated[0].latency)
+    columns = [
+        *(name.removeprefix("vllm_config.") for name in swept),
+        "benchmark",
+        "n",
+        "out tok/s",
+        "spread",
+        "req/s",
+        *latency_names,
+        "budget",
+    ]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("benchmark", "budget") else "right")
+    for entry in report.repeated:
+        figure = entry.output_tokens_per_second
+        budget = {"met": "[green]met[/]", "missed": "[red]missed[/]", None: "-"}.get(
+            entry.slo, f"[yellow]{entry.slo_met_repeats} of {len(entry.benchmarks)}[/]"
+        )
+        table.add_row(
+            *(Text(str(entry.swept.get(name, "-"))) for name in swept),
+            Text(entry.strategy),
+            str(figure.count),
+            _interval(figure),
+            "-" if figure.relative_spread is None else f"{figure.relative_spread:.1%}",
+            _interval(entry.requests_per_second, ",.2f"),
+            *(_interval(entry.latency.get(name), ".4g") for name in latency_names),
+            budget,
+        )
+    return table
+
+
+def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
+    """Pass/fail against the budget, goodput and cost: only when a budget or a price was given."""
+    with_slo = any(result.slo is not None for result in report.benchmarks)
+    with_cost = any(result.cost is not None for result in report.benchmarks)
+    if not with_slo and not with_cost:
+        return None
+    title = "latency budget and cost" if with_slo and with_cost else "latency budget" if with_slo else "cost"
+    table = Table(title=title, title_justify="left")
+    columns = [*(name.removeprefix("vllm_config.") for name in swept), "benchmark"]
+    if with_slo:
+        columns += ["budget", "missed", "good req/s", "good out tok/s"]
+    if with_cost:
+        columns += ["GPUs", "per M out tok", "per M total tok"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("benchmark", "budget", "missed") else "right")
+    for result in report.benchmarks:
+        row: list[Text | str] = [*(Text(str(result.swept.get(name, "-"))) for name in swept), Text(result.strategy)]
+        if with_slo:
+            slo = result.slo
+            if slo is None:
+                row += ["-", "", "-", "-"]
+            else:
+                missed = ", ".join(target.name for target in slo.targets if not target.met)
+                row += [
+                    "[green]met[/]" if slo.met else "[red]missed[/]",
+                    missed,
+                    f"{slo.goodput.requests_per_second:,.2f}",
+                    f"{slo.goodput.output_tokens_per_second:,.1f}",
+                ]
+        if with_cost:
+            cost = result.cost
+            row += (
+                ["-", "-", "-"]
+                if cost is None
+                else [str(cost.gpus), _money(cost.per_million_output_tokens), _money(cost.per_million_total_tokens)]
+            )
+        table.add_row(*row)
+    return table
+
+
+def print_summary(console: Console, report: RunReport) -> None:
+    if report.engine.simulated:
+        console.print(Panel(Text(simulated_banner(report.engine.gpu_name)), style="bold yellow"))
+    for table in summary_tables(report):
+        console.print(table)
+    for note in run_notes(report):
+        print_plain(console, note)
+    if report.stop_reason is not None:
+        print_plain(console, f"INCOMPLETE: {report.stop_reason}")
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.4g}"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

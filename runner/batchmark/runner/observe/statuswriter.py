@@ -1,0 +1,350 @@
+"""The run's status writer: one more observer, switched on inside a BatchBenchmark's pod by its environment.
+
+The operator sets the resource's identity in the pod's environment (``POD_ENVIRONMENT`` of
+batchmark.runner.contract, which also names the status fields this side writes; BATCHMARK_RESULTS_CONFIGMAP,
+which it does not set, overrides the results ConfigMap's name, ``<pod>-results`` by default). With them, this
+writer
+
+- patches ``status.progress`` (and ``status.engine`` once it is loaded), a few seconds apart, from a thread of
+  its own so that the benchmark's loop never waits on the API server;
+- at the end creates the results ConfigMap with the full report (gzip-compressed when it would not fit in
+  1 MiB), owned by the resource, and patches ``status.engine``, ``status.results``, ``status.headline``,
+  ``status.runId`` and ``status.resultsConfigMap``. It creates it rather than patching one the operator made:
+  the runner may create ConfigMaps but read or change none (so neither it nor the operator needs the right to
+  change ConfigMaps), and each attempt of a retried or preempted benchmark (one pod each) keeps its own report;
+- always writes the compact summary to the termination message, so the results survive an API server it
+  cannot reach.
+
+Writes are retried on conflicts (409), throttling and dropped connections; one that still fails is logged and
+never fails the run. Without the environment (a laptop) nothing here runs, and the ``kubernetes`` package is
+imported only when it is switched on.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from batchmark.runner.contract import (
+    COMPRESSED_REPORT_KEY,
+    ENV_NAME,
+    ENV_NAMESPACE,
+    ENV_POD,
+    ENV_RESULTS,
+    ENV_TERMINATION,
+    ENV_UID,
+    GROUP,
+    KIND,
+    PLURAL,
+    REPORT_KEY,
+    RUNNER_STATUS_FIELDS,
+    VERSION,
+    check_status_writes,
+)
+from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.results.report import RunReport
+from batchmark.runner.results.summary import (
+    EngineStatus,
+    ProgressStatus,
+    engine_status,
+    headline,
+    run_summary,
+    termination_message,
+)
+from batchmark.runner.run.events import Progress, RunObserver
+from batchmark.runner.run.profiles import Strategy
+
+log = logging.getLogger(__name__)
+
+
+PROGRESS_INTERVAL_SECONDS = 3.0
+RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
+# A ConfigMap holds at most 1 MiB; keys and metadata need a little of it.
+CONFIG_MAP_LIMIT = 1_000_000
+MERGE_PATCH = "application/merge-patch+json"
+_RETRIED_STATUS = frozenset({409, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class StatusTarget:
+    """Which resource this pod reports to."""
+
+    namespace: str
+    name: str
+    uid: str
+    results_config_map: str | None
+    pod_name: str | None
+    termination_message_path: Path | None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> StatusTarget | None:
+        environ = os.environ if environ is None else environ
+        if not environ.get(ENV_NAME) or not environ.get(ENV_NAMESPACE):
+            return None
+        termination = environ.get(ENV_TERMINATION)
+        pod = environ.get(ENV_POD) or None
+        return cls(
+            namespace=environ[ENV_NAMESPACE],
+            name=environ[ENV_NAME],
+            uid=environ.get(ENV_UID, ""),
+            results_config_map=environ.get(ENV_RESULTS) or (f"{pod}-results" if pod else None),
+            pod_name=pod,
+            termination_message_path=Path(termination) if termination else None,
+        )
+
+
+def report_config_map_data(report: RunReport, limit: int = CONFIG_MAP_LIMIT) -> dict[str, dict[str, str]]:
+    """The report as ConfigMap data: plain JSON when it fits, else gzip'd in binaryData."""
+    text = report.model_dump_json()
+    if len(text.encode()) <= limit:
+        return {"data": {REPORT_KEY: text}, "binaryData": {}}
+    packed = base64.b64encode(gzip.compress(text.encode(), compresslevel=9)).decode("ascii")
+    if len(packed) > limit:
+        # Still too large: the per-request samples and timelines go, the figures stay.
+        slim = report.model_copy(
+            update={"benchmarks": [b.model_copy(update={"samples": [], "timeline": []}) for b in report.benchmarks]}
+        )
+        packed = base64.b64encode(gzip.compress(slim.model_dump_json().encode(), compresslevel=9)).decode("ascii")
+    return {"data": {}, "binaryData": {COMPRESSED_REPORT_KEY: packed}}
+
+
+def read_report_config_map(config_map: Mapping[str, Any]) -> RunReport | None:
+    """The report a results ConfigMap holds (as ``batchmark results`` reads it), or None while it is empty."""
+    data = config_map.get("data") or {}
+    binary = config_map.get("binaryData") or config_map.get("binary_data") or {}
+    if REPORT_KEY in data:
+        return RunReport.model_validate_json(data[REPORT_KEY])
+    if COMPRESSED_REPORT_KEY in binary:
+        return RunReport.model_validate_json(gzip.decompress(base64.b64decode(binary[COMPRESSED_REPORT_KEY])))
+    return None
+
+
+class StatusApi:
+    """The four calls the writer makes, through the official client, logged in as kubectl would be."""
+
+    def __init__(self) -> None:
+        from kubernetes import client, config  # noqa: PLC0415 - only inside a BatchBenchmark's pod
+        from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
+
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            api = client.ApiClient()
+        except ConfigException:
+            configuration = client.Configuration()
+            # KUBECONFIG as it is now (the client reads it once, at import).
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+            )
+            api = client.ApiClient(configuration)
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    def read_status(self, target: StatusTarget) -> dict[str, Any]:
+        found = self.custom.get_namespaced_custom_object_status(GROUP, VERSION, target.namespace, PLURAL, target.name)
+        return cast(dict[str, Any], found)
+
+    def patch_status(self, target: StatusTarget, body: Mapping[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, target.namespace, PLURAL, target.name, dict(body), _content_type=MERGE_PATCH
+        )
+
+    def create_config_map(self, target: StatusTarget, name: str, body: Mapping[str, Any]) -> None:
+        """Create the ConfigMap, owned by the resource (garbage-collected with it); one that exists already is
+        this pod's own, from an earlier try whose answer was lost."""
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - only inside a BatchBenchmark's pod
+
+        owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": target.name, "uid": target.uid}
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": target.namespace,
+            "labels": {"app.kubernetes.io/name": "batchmark", "batchmark.dev/benchmark": target.name},
+        }
+        if target.uid:
+            metadata["ownerReferences"] = [owner]
+        try:
+            # A dict, as the client accepts (and the patches above send).
+            self.core.create_namespaced_config_map(target.namespace, cast(Any, {**dict(body), "metadata": metadata}))
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+
+def _retryable(error: BaseException) -> bool:
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        return status in _RETRIED_STATUS
+    # Connection refused or reset, timeouts, TLS hiccups: urllib3's errors and OSErrors.
+    return isinstance(error, OSError) or type(error).__module__.startswith("urllib3")
+
+
+class StatusWriter(RunObserver):
+    """Reports the run to its BatchBenchmark; every failure is logged, none reaches the run."""
+
+    def __init__(
+        self,
+        target: StatusTarget,
+        api_factory: Callable[[], StatusApi] = StatusApi,
+        interval: float = PROGRESS_INTERVAL_SECONDS,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
+    ) -> None:
+        self.target = target
+        self.interval = interval
+        self.retry_delays = retry_delays
+        self._api_factory = api_factory
+        self._api: StatusApi | None = None
+        self._engine: EngineStatus | None = None
+        self._benchmark = 0
+        self._benchmarks = 0
+        self._strategy: str | None = None
+        self._pending: dict[str, Any] | None = None
+        self._last_sent = 0.0
+        self._condition = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._send_loop, name="batchmark-status", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> StatusWriter | None:
+        target = StatusTarget.from_environment(environ)
+        return cls(target) if target is not None else None
+
+    # --- observer -------------------------------------------------------------------------------------------
+
+    def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
+        self._engine = EngineStatus(
+            kind="simulated" if info.kind == "simulated" else "vllm",
+            simulated=info.kind == "simulated",
+            model=info.model,
+            version=info.version,
+            gpu_name=info.gpu_name,
+            load_seconds=round(load_seconds, 4),
+        )
+        # At once: this is what moves the phase from LoadingEngine to Running.
+        self._queue(self._progress(None), urgent=True)
+
+    def on_benchmark_start(self, strategy: Strategy, position: int, known_total: int) -> None:
+        self._benchmark = position + 1
+        self._benchmarks = known_total
+        self._strategy = strategy.label
+        self._queue(self._progress(None), urgent=True)
+
+    def on_progress(self, progress: Progress) -> None:
+        self._queue(self._progress(progress), urgent=False)
+
+    def on_run_end(self, report: RunReport) -> None:
+        self.close()
+        summary = run_summary(report)
+        self._write_termination_message(report)
+        status: dict[str, Any] = {
+            "runId": report.run_id,
+            "engine": engine_status(report.engine).model_dump(mode="json", by_alias=True, exclude_none=True),
+            "results": [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in summary.results],
+        }
+        best = headline(summary)
+        if best is not None:
+            status["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if self.target.results_config_map:
+            written = self._attempt(
+                "the results ConfigMap",
+                lambda api: api.create_config_map(
+                    self.target, str(self.target.results_config_map), report_config_map_data(report)
+                ),
+            )
+            if written:
+                status["resultsConfigMap"] = self.target.results_config_map
+        self._attempt("the status", lambda api: self._patch_status(api, status))
+
+    # --- sending --------------------------------------------------------------------------------------------
+
+    def _progress(self, progress: Progress | None) -> dict[str, Any]:
+        entry = ProgressStatus(
+            pod_name=self.target.pod_name,
+            benchmark=self._benchmark,
+            benchmarks=self._benchmarks,
+            strategy=self._strategy,
+            requests_completed=progress.completed if progress else 0,
+            requests_errored=progress.errored if progress else 0,
+            elapsed_seconds=round(progress.elapsed, 3) if progress else 0.0,
+            output_tokens_per_second=round(progress.output_tokens / progress.elapsed, 3)
+            if progress and progress.elapsed > 0
+            else 0.0,
+        )
+        fields: dict[str, Any] = {"progress": entry.model_dump(mode="json", by_alias=True, exclude_none=True)}
+        if self._engine is not None:
+            fields["engine"] = self._engine.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return fields
+
+    def _queue(self, fields: dict[str, Any], urgent: bool) -> None:
+        with self._condition:
+            if self._closed:
+                return
+            self._pending = fields
+            if urgent:
+                self._last_sent = 0.0
+            self._condition.notify()
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._condition:
+                while not self._closed and (
+                    self._pending is None or time.monotonic() - self._last_sent < self.interval
+                ):
+                    wait = None if self._pending is None else self.interval - (time.monotonic() - self._last_sent)
+                    self._condition.wait(wait)
+                if self._closed and self._pending is None:
+                    return
+                fields, self._pending = self._pending, None
+                self._last_sent = time.monotonic()
+            if fields is not None:
+                self._attempt("progress", lambda api, body=fields: self._patch_status(api, body))  # type: ignore[misc]
+            with self._condition:
+                if self._closed and self._pending is None:
+                    return
+
+    def close(self) -> None:
+        """Send what is pending, then stop the sending thread."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify()
+        self._thread.join(timeout=30)
+
+    def _patch_status(self, api: StatusApi, fields: Mapping[str, Any]) -> None:
+        """Patch on the version just read, so a write never lands on a resource it did not see (409: again)."""
+        check_status_writes("runner", fields, RUNNER_STATUS_FIELDS)
+        current = api.read_status(self.target)
+        metadata = current.get("metadata") or {}
+        if self.target.uid and metadata.get("uid") not in (None, self.target.uid):
+            raise RuntimeError(f"{self.target.name} is another resource now (uid {metadata.get('uid')})")
+        body = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}, "status": dict(fields)}
+        api.patch_status(self.target, body)
+
+    def _attempt(self, what: str, action: Callable[[StatusApi], None]) -> bool:
+        for attempt, delay in enumerate((*self.retry_delays, None)):
+            try:
+                if self._api is None:
+                    self._api = self._api_factory()
+                action(self._api)
+                return True
+            except Exception as error:
+                if delay is None or not _retryable(error):
+                    log.warning("could not write %s of %s (attempt %d): %s", what, self.target.name, attempt + 1, error)
+                    return False
+                time.sleep(delay)
+        return False
+
+    def _write_termination_message(self, report: RunReport) -> None:
+        path = self.target.termination_message_path
+        if path is None:
+            return
+        try:
+            path.write_text(termination_message(report), encoding="utf-8")
+        except OSError as error:
+            log.warning("could not write the termination message to %s: %s", path, error)

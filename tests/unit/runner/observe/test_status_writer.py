@@ -1,0 +1,83 @@
+"""The runner's status writer, where it needs no cluster: switched on by the environment; the results ConfigMap."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from batchmark.runner import contract
+from batchmark.runner.contract import COMPRESSED_REPORT_KEY, REPORT_KEY
+from batchmark.runner.observe.statuswriter import (
+    StatusApi,
+    StatusTarget,
+    StatusWriter,
+    read_report_config_map,
+    report_config_map_data,
+)
+from tests.unit.runner.results.test_summary import sweep_report
+
+
+def test_off_without_the_resources_identity() -> None:
+    assert StatusWriter.from_environment({}) is None
+    target = StatusTarget.from_environment(
+        {
+            "BATCHMARK_RESOURCE_NAMESPACE": "ns",
+            "BATCHMARK_RESOURCE_NAME": "bb",
+            "BATCHMARK_RESOURCE_UID": "u",
+            "BATCHMARK_TERMINATION_MESSAGE_PATH": "/dev/termination-log",
+        }
+    )
+    assert target is not None
+    assert (target.namespace, target.name, target.uid) == ("ns", "bb", "u")
+    assert target.termination_message_path == Path("/dev/termination-log")
+    assert target.results_config_map is None  # no pod name: nowhere to write a report of its own
+
+
+def test_each_pod_creates_a_results_config_map_of_its_own() -> None:
+    """Each attempt (pod) of a benchmark keeps its report: the runner creates, and never changes, a ConfigMap."""
+    identity = {"BATCHMARK_RESOURCE_NAMESPACE": "ns", "BATCHMARK_RESOURCE_NAME": "bb", "BATCHMARK_POD_NAME": "bb-x7k2q"}
+    target = StatusTarget.from_environment(identity)
+    assert target is not None
+    assert target.results_config_map == "bb-x7k2q-results"
+    chosen = StatusTarget.from_environment({**identity, "BATCHMARK_RESULTS_CONFIGMAP": "mine"})
+    assert chosen is not None
+    assert chosen.results_config_map == "mine"
+
+
+def test_the_report_goes_plain_when_it_fits_and_compressed_when_not() -> None:
+    report = sweep_report(3)
+    plain = report_config_map_data(report)
+    assert REPORT_KEY in plain["data"]
+    assert read_report_config_map(plain) == report
+    squeezed = report_config_map_data(report, limit=len(report.model_dump_json()) - 1)
+    assert COMPRESSED_REPORT_KEY in squeezed["binaryData"]
+    assert read_report_config_map(squeezed) == report
+    assert read_report_config_map({"data": {}}) is None
+
+
+class RecordingApi(StatusApi):
+    """The writer's three calls, recorded instead of sent (the real API server: tests/integration/operator)."""
+
+    def __init__(self) -> None:
+        self.status_patches: list[dict[str, Any]] = []
+
+    def read_status(self, target: StatusTarget) -> dict[str, Any]:
+        return {"metadata": {"uid": target.uid, "resourceVersion": "1"}}
+
+    def patch_status(self, target: StatusTarget, body: Mapping[str, Any]) -> None:
+        self.status_patches.append(dict(body["status"]))
+
+    def patch_config_map(self, target: StatusTarget, name: str, body: Mapping[str, Any]) -> None:
+        pass
+
+
+def test_the_writer_writes_only_the_runners_status_fields() -> None:
+    api = RecordingApi()
+    writer = StatusWriter(StatusTarget("team", "qwen3", "uid-1", None, None, None), api_factory=lambda: api)
+    writer.on_run_end(sweep_report(2))
+    assert api.status_patches
+    assert all(patch.keys() <= contract.RUNNER_STATUS_FIELDS for patch in api.status_patches)
+    # A write to one of the operator's fields is refused before it reaches the API server (and logged).
+    assert not writer._attempt("the phase", lambda each: writer._patch_status(each, {"phase": "Running"}))
+    assert all("phase" not in patch for patch in api.status_patches)
