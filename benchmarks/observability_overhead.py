@@ -13,7 +13,7 @@ import argparse
 import statistics
 import time
 
-from batchmark.runner.config import RunConfig
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer
 from batchmark.runner.results.htmlreport.render import render_report
 from batchmark.runner.results.report import RunReport

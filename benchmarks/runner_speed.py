@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from batchmark.runner.config import RunConfig
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.run.benchmark import BenchmarkRunner
 
 

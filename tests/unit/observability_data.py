@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchmark.runner.config import RunConfig
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.engines.base import NO_TIMINGS, Completion
 from batchmark.runner.results.report import BenchmarkResult, EngineSummary, RunReport

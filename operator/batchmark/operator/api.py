@@ -14,20 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from batchmark.runner import __version__, contract
-from batchmark.runner.config import (
-    MAX_CONSTRAINTS,
-    MAX_REPEATS,
-    MAX_SAMPLE_REQUESTS,
-    MAX_SWEEP_BENCHMARKS,
-    BackendConfig,
-    ConstraintConfig,
-    CostConfig,
-    DataConfig,
-    ProfileConfig,
-    RunConfig,
-    SweepConfig,
-)
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, MAX_LINGER_SECONDS
+from batchmark.runner.config.backend import BackendConfig
+from batchmark.runner.config.base import MAX_CONSTRAINTS, MAX_REPEATS, MAX_SAMPLE_REQUESTS, MAX_SWEEP_BENCHMARKS
+from batchmark.runner.config.constraints import ConstraintConfig
+from batchmark.runner.config.cost import CostConfig
+from batchmark.runner.config.data import DataConfig
+from batchmark.runner.config.profiles import ProfileConfig
+from batchmark.runner.config.run import RunConfig
+from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.results.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
 # The resource's identity is part of the operator–runner contract; named here for the operator's modules.

@@ -18,7 +18,7 @@ from batchmark.operator.api import (
     BatchBenchmarkSpec,
     RunnerIdentity,
 )
-from batchmark.runner.config import RunConfig
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import (
     CONFIG_DIRECTORY,
     CONFIG_KEY,

@@ -26,9 +26,9 @@ from rich.console import Console
 from batchmark.operator.api import FINISHED_PHASES
 from batchmark.operator.kube import Kube
 from batchmark.operator.names import dns_label, dns_subdomain
-from batchmark.runner.config import OUTPUT_EXTENSIONS
 from batchmark.runner.config.load import UsageError
 from batchmark.runner.config.output_paths import output_problem
+from batchmark.runner.config.run import OUTPUT_EXTENSIONS
 from batchmark.runner.config.safeload import UnusableFile, read_document
 from batchmark.runner.contract import EXIT_CLUSTER, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.observe.console import print_error, print_plain, print_summary

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from batchmark.operator.api import API_VERSION, KIND, BatchBenchmarkSpec
 from batchmark.operator.names import dns_label
-from batchmark.runner.config import RunConfig
 from batchmark.runner.config.load import UsageError, load_config
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.observe.console import print_error
 

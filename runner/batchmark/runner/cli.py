@@ -12,8 +12,9 @@ from pathlib import Path
 
 from batchmark.runner import __version__
 from batchmark.runner.commands import compare, report, run
-from batchmark.runner.config import MAX_REPEATS, MAX_SWEEP_BENCHMARKS, MAX_SWEEP_FIELDS
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
+from batchmark.runner.config.base import MAX_REPEATS, MAX_SWEEP_BENCHMARKS
+from batchmark.runner.config.sweep import MAX_SWEEP_FIELDS
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.lifecycle.shutdown import Shutdown
 from batchmark.runner.observe.statuswriter import StatusWriter

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from batchmark.runner.cli import main
-from batchmark.runner.config import RunConfig
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.observe.pushgateway import results_registry
 from batchmark.runner.results.report import RunReport

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from batchmark.runner.config import VllmPythonBatchBackendConfig
+from batchmark.runner.config.backend import VllmPythonBatchBackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
 from batchmark.runner.dispatch.batcher import MicroBatcher

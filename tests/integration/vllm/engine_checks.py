@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.config import VllmPythonBatchBackendConfig
+from batchmark.runner.config.backend import VllmPythonBatchBackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Completion, GenerateEngine, WorkItem
 from batchmark.runner.engines.factory import load_engine

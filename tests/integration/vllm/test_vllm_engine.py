@@ -284,7 +284,7 @@ def test_a_template_that_fails_is_a_config_error_before_any_engine_starts(
 VALIDATE_LOADS_NOTHING = """
 import multiprocessing, sys
 from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
-from batchmark.runner.config import VllmPythonBatchBackendConfig
+from batchmark.runner.config.backend import VllmPythonBatchBackendConfig
 assert multiprocessing.parent_process() is None
 backend = VllmPythonBatchBackend(VllmPythonBatchBackendConfig(model=sys.argv[1], engine="vllm"))
 backend.validate()

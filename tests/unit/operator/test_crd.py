@@ -14,8 +14,8 @@ from batchmark.operator.api import BatchBenchmarkSpec
 from batchmark.operator.crd import CRD_FILE, crd_yaml, custom_resource_definition
 from batchmark.operator.schema import Schema, SchemaError, structural_schema, walk
 from batchmark.runner.cli import build_parser
-from batchmark.runner.config import RunConfig
 from batchmark.runner.config.load import load_config
+from batchmark.runner.config.run import RunConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 

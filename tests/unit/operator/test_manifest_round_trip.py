@@ -13,9 +13,9 @@ import yaml
 from batchmark.operator import children
 from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner.cli import build_parser, main
-from batchmark.runner.config import RunConfig
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
 from batchmark.runner.config.load import load_config
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import CONFIG_KEY, CONFIG_PATH
 
 BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from batchmark.runner.config import RunConfig
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
 from batchmark.runner.config.load import UsageError, load_config
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.data.records import DataError
 from batchmark.runner.dispatch.process_group import engine_processes, leftover_engines_warning

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 
-from batchmark.runner.config import UNION_TAGS, RunConfig
 from batchmark.runner.config.output_paths import output_problem
+from batchmark.runner.config.run import UNION_TAGS, RunConfig
 from batchmark.runner.config.safeload import UnusableFile, read_document
 from batchmark.runner.config.spec import SpecError, parse_spec, parse_sweep
 from batchmark.runner.lifecycle.start_method import mp_context_name

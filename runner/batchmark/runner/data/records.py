@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from batchmark.runner.config import (
+from batchmark.runner.config.data import (
     OUTPUT_TOKENS_COLUMN_NAMES,
     PROMPT_COLUMN_NAMES,
     DatasetDataConfig,

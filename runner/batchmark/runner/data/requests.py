@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from batchmark.runner.config import DataConfig, RecordsDataConfig, SyntheticTextDataConfig
+from batchmark.runner.config.data import DataConfig, RecordsDataConfig, SyntheticTextDataConfig
 from batchmark.runner.data.records import LoadedRecords, Prompt, TokenCounter, load_records
 from batchmark.runner.results.report import DataSummary
 from batchmark.runner.results.stats import Distribution

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from batchmark.runner.config import BackendConfig
+from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.engines.base import Completion, Engine, WorkItem
 from batchmark.runner.engines.engine_args import check_engine_args
 from batchmark.runner.engines.factory import check_engine_available, load_engine

@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass
 from typing import cast
 
-from batchmark.runner.config import BackendConfig
+from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
 from batchmark.runner.dispatch.batcher import MicroBatcher, RequestQueue

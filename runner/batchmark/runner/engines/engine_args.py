@@ -16,7 +16,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.config import BackendConfig
+from batchmark.runner.config.backend import BackendConfig
 
 # What the simulated engine reads from vllm_config; it ignores the other vLLM names.
 SIMULATED_ENGINE_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len"})

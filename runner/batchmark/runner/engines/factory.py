@@ -10,7 +10,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.config import BackendConfig
+from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.data.records import prompt_text
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchmark.runner.config import BackendConfig
+from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.data.records import DataError, TokenCounter
 from batchmark.runner.engines.simulated import DEFAULT_MAX_MODEL_LEN
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from batchmark.runner.config import BackendConfig
+from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 from batchmark.runner.engines.core_watch import watch_engine_core

@@ -17,7 +17,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 from batchmark.runner import __version__
-from batchmark.runner.config import RunConfig
+from batchmark.runner.config.run import RunConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.results.report import BenchmarkResult
 from batchmark.runner.run.events import BatchEvent, Phase, Progress, RunObserver

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from batchmark.runner.config import parse_slo_name
+from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.report import (
     BenchmarkResult,
     Goodput,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchmark.runner.config import CostConfig
+from batchmark.runner.config.cost import CostConfig
 from batchmark.runner.results.report import CostFigures, Throughput
 
 SECONDS_PER_HOUR = 3600.0

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from batchmark.runner.config import parse_slo_name
+from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.report import BenchmarkResult, Estimate, RepeatedBenchmark
 
 CONFIDENCE = 0.95

@@ -7,7 +7,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from batchmark.runner.config import TransientPhaseConfig
+from batchmark.runner.config.profiles import TransientPhaseConfig
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.engines.base import Completion
 from batchmark.runner.results.budget import RequestBudget

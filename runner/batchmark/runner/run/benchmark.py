@@ -13,19 +13,18 @@ from collections import deque
 from typing import Any
 
 from batchmark.runner import __version__
-from batchmark.runner.config import (
-    WORKER_FIELDS,
-    BackendConfig,
+from batchmark.runner.config.backend import BackendConfig
+from batchmark.runner.config.constraints import (
     MaxDurationConstraint,
     MaxErrorRateConstraint,
     MaxErrorsConstraint,
     MaxRequestsConstraint,
     MinRequestsConstraint,
-    RunConfig,
-    SweepProfileConfig,
-    SyntheticTextDataConfig,
-    reloads_engine,
 )
+from batchmark.runner.config.data import SyntheticTextDataConfig
+from batchmark.runner.config.profiles import SweepProfileConfig
+from batchmark.runner.config.run import RunConfig
+from batchmark.runner.config.sweep import WORKER_FIELDS, reloads_engine
 from batchmark.runner.data.requests import DataSource, RecordsData, RequestSpec, SyntheticText, data_summary
 from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
 from batchmark.runner.dispatch.messages import BatchReport

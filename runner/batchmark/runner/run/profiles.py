@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchmark.runner.config import (
+from batchmark.runner.config.profiles import (
     ConcurrentProfileConfig,
     ConstantProfileConfig,
     PoissonProfileConfig,

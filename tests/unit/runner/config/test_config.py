@@ -3,7 +3,9 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from batchmark.runner.config import RunConfig, TransientPhaseConfig, VllmPythonBatchBackendConfig
+from batchmark.runner.config.backend import VllmPythonBatchBackendConfig
+from batchmark.runner.config.profiles import TransientPhaseConfig
+from batchmark.runner.config.run import RunConfig
 
 BASE = {
     "backend": {"kind": "vllm_python_batch", "model": "m", "engine": "simulated"},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from batchmark.runner.config import FileDataConfig
+from batchmark.runner.config.data import FileDataConfig
 from batchmark.runner.data import records
 from batchmark.runner.data.records import load_records
 

@@ -3,7 +3,7 @@ from typing import Any
 
 import pytest
 
-from batchmark.runner.config import VllmPythonBatchBackendConfig
+from batchmark.runner.config.backend import VllmPythonBatchBackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import EngineDead, EngineInfo, GenerateEngine, WorkItem
 from batchmark.runner.engines.factory import load_engine

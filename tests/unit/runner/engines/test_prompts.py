@@ -1,4 +1,4 @@
-from batchmark.runner.config import SyntheticTextDataConfig
+from batchmark.runner.config.data import SyntheticTextDataConfig
 from batchmark.runner.data.requests import SyntheticText
 from batchmark.runner.engines.prompts import TokenPromptFactory
 

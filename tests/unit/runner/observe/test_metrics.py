@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner import __version__
-from batchmark.runner.config import SweepConfig
+from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.observe.metrics import SECONDS_BUCKETS, MetricsObserver, MetricsServer, batch_size_buckets
 from batchmark.runner.run.events import BatchEvent, Progress

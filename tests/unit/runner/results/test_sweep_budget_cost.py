@@ -9,9 +9,13 @@ import pytest
 from pydantic import ValidationError
 
 from batchmark.runner.cli import build_parser
-from batchmark.runner.config import MAX_SWEEP_BENCHMARKS, CostConfig, RunConfig, SweepConfig, parse_slo_name
+from batchmark.runner.config.base import MAX_SWEEP_BENCHMARKS
+from batchmark.runner.config.cost import CostConfig
 from batchmark.runner.config.load import UsageError, load_config
+from batchmark.runner.config.run import RunConfig
+from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.config.spec import SpecError, parse_sweep
+from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.engines.base import Completion, EngineTimings
 from batchmark.runner.results.budget import RequestBudget, recommend, verdict

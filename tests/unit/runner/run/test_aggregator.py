@@ -2,7 +2,7 @@
 
 import pytest
 
-from batchmark.runner.config import TransientPhaseConfig
+from batchmark.runner.config.profiles import TransientPhaseConfig
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.engines.base import NO_TIMINGS, Completion
 from batchmark.runner.run.aggregator import TIMELINE_BUCKETS, Aggregator, Timeline, Window

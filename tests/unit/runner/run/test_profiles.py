@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from batchmark.runner.config import SweepProfileConfig
+from batchmark.runner.config.profiles import SweepProfileConfig
 from batchmark.runner.run.profiles import Strategy, sweep_rates
 
 

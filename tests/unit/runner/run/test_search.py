@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from batchmark.runner.config import batch_size_candidates as candidates
+from batchmark.runner.config.sweep import batch_size_candidates as candidates
 from batchmark.runner.run.search import Measured, search
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from batchmark.runner import __version__
-from batchmark.runner.config import parse_slo_name
+from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.budget import describe_point
 from batchmark.runner.results.htmlreport.charts import Chart, Rule, Series, bar_chart, colour, format_number, line_chart
 from batchmark.runner.results.notes import run_notes
