@@ -29,8 +29,8 @@ from typing import Any, cast
 
 from kubernetes.client import CustomObjectsApi
 
-from batchmark.operator.kube import Kube, api_client
-from batchmark.operator.reconcile import Reconciler
+from batchmark.operator.controller.kube import Kube, api_client
+from batchmark.operator.controller.reconcile import Reconciler
 from benchmarks.operator_scale import ROOT, manifest, percentile
 from tests.cluster.controlplane import ControlPlane
 

@@ -27,7 +27,7 @@ def register_crd(commands: Subparsers) -> None:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from batchmark.operator.crd import crd_yaml  # noqa: PLC0415 - yaml and the models load only when asked
+    from batchmark.operator.resource.crd import crd_yaml  # noqa: PLC0415 - yaml and the models load only when asked
 
     sys.stdout.write(crd_yaml())
     return 0
@@ -50,7 +50,7 @@ def register_manifest(commands: Subparsers) -> None:
 
 
 def _manifest(args: argparse.Namespace) -> int:
-    from batchmark.operator.manifest import manifest_command  # noqa: PLC0415
+    from batchmark.operator.client.manifest import manifest_command  # noqa: PLC0415
 
     return manifest_command(args)
 
@@ -80,7 +80,7 @@ def register_operator(commands: Subparsers) -> None:
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from batchmark.operator.service import operator_command  # noqa: PLC0415
+    from batchmark.operator.controller.service import operator_command  # noqa: PLC0415
 
     return operator_command(args)
 
@@ -106,6 +106,6 @@ def register_results(commands: Subparsers) -> None:
 
 
 def _results(args: argparse.Namespace) -> int:
-    from batchmark.operator.fetch import results_command  # noqa: PLC0415
+    from batchmark.operator.client.fetch import results_command  # noqa: PLC0415
 
     return results_command(args)

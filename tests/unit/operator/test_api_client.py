@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from batchmark.operator.dispatch import API_CONNECTIONS, REFRESH_WORKERS, WORKERS
-from batchmark.operator.kube import api_client
-from batchmark.operator.reconcile import CHILD_CREATORS
+from batchmark.operator.controller.dispatch import API_CONNECTIONS, REFRESH_WORKERS, WORKERS
+from batchmark.operator.controller.kube import api_client
+from batchmark.operator.controller.reconcile import CHILD_CREATORS
 
 
 def write_kubeconfig(path: Path) -> Path:

@@ -1,5 +1,5 @@
-"""What kopf's handlers hand on (batchmark.operator.dispatch), without a cluster: each event refreshes only the
-benchmark it concerns, one waiting refresh per benchmark, a finished Job first, API failures retried, the
+"""What kopf's handlers hand on (batchmark.operator.controller.dispatch), without a cluster: each event refreshes
+only the benchmark it concerns, one waiting refresh per benchmark, a finished Job first, API failures retried, the
 queue position poller spaced and bounded, every reconcile counted by outcome (the real API server:
 tests/integration/operator)."""
 
@@ -15,13 +15,13 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from batchmark.operator.dispatch import Dispatch, QueuePositionPoller, Refresher, timed
-from batchmark.operator.kube import Kube, api_client
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.reconcile import Reconciler
-from batchmark.operator.status import JobView, StatusUpdate
-from batchmark.operator.watched import JOBS_INDEX, PODS_INDEX, WORKLOADS_INDEX
-from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers
+from batchmark.operator.controller.dispatch import Dispatch, QueuePositionPoller, Refresher, timed
+from batchmark.operator.controller.kube import Kube, api_client
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.reconcile import Reconciler
+from batchmark.operator.controller.status import JobView, StatusUpdate
+from batchmark.operator.controller.watched import JOBS_INDEX, PODS_INDEX, WORKLOADS_INDEX
+from batchmark.operator.controller.workers import ROUTINE, URGENT, PriorityWorkers
 from tests.unit.operator.test_api_client import write_kubeconfig
 
 

@@ -8,11 +8,10 @@ from typing import Any, cast
 
 import yaml
 
-from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
-from batchmark.operator.children import Owner, job
-from batchmark.operator.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadView
-from batchmark.operator.status import JobView, Observation, build_status
-from batchmark.operator.watched import (
+from batchmark.operator.controller.children import Owner, job
+from batchmark.operator.controller.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadView
+from batchmark.operator.controller.status import JobView, Observation, build_status
+from batchmark.operator.controller.watched import (
     JOBS_INDEX,
     PODS_INDEX,
     WORKLOADS_INDEX,
@@ -20,6 +19,7 @@ from batchmark.operator.watched import (
     IndexedChildren,
     benchmark_job_of,
 )
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 
 SPEC: dict[str, Any] = {
     "backend": {"kind": "vllm_python_batch", "model": "Qwen/Qwen3-0.6B", "engine": "simulated"},

@@ -8,7 +8,7 @@ import json
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchmark.operator.metrics import OperatorMetrics
+from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.runner.summary import BenchmarkSummary, RunSummary, fit_summary, summary_json
 
 

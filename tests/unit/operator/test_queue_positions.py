@@ -13,11 +13,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import NewConnectionError
 
-from batchmark.operator.kube import Kube
-from batchmark.operator.kueue import WorkloadView
-from batchmark.operator.positions import QueuePosition, QueuePositions, positions_in
-from batchmark.operator.reconcile import Reconciler
-from batchmark.operator.status import JobView, Observation, PodView, build_status
+from batchmark.operator.controller.kube import Kube
+from batchmark.operator.controller.kueue import WorkloadView
+from batchmark.operator.controller.positions import QueuePosition, QueuePositions, positions_in
+from batchmark.operator.controller.reconcile import Reconciler
+from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
 
 QUOTA_MESSAGE = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpus"
 
@@ -138,7 +138,7 @@ def test_without_the_visibility_api_benchmarks_wait_without_a_position_and_it_is
     fetch.answers[("team-a", "gpus")] = error
     positions.position("team-a", "bench-1", "gpus", "job-1")
     positions.position("team-a", "bench-2", "gpus", "job-2")
-    with caplog.at_level(logging.INFO, logger="batchmark.operator.positions"):
+    with caplog.at_level(logging.INFO, logger="batchmark.operator.controller.positions"):
         for _ in range(10):  # polls every few seconds for 20 s
             assert positions.poll() == []
             clock.now += 2

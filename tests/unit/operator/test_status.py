@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from batchmark.operator.status import JobView, Observation, PodView, build_status
+from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
 
 T0 = "2026-01-01T00:00:00Z"
 

@@ -2,7 +2,7 @@
 
 The handlers live in their own registry (not kopf's global one), so an operator can run in a thread of a
 test process and a second one can start after it. Their shared state (the Reconciler, the refresh threads, the
-queue position poller) is one ``Dispatch`` (batchmark.operator.dispatch) in the operator's memo, which kopf
+queue position poller) is one ``Dispatch`` (batchmark.operator.controller.dispatch) in the operator's memo, which kopf
 copies into every resource's memo: ``kopf.run(registry=build_registry(), memo=operator_memo(reconciler))``.
 What each event leads to is decided there, in plain code the unit tests call directly.
 """
@@ -13,10 +13,17 @@ from typing import Any, cast
 
 import kopf
 
-from batchmark.operator import kueue
-from batchmark.operator.api import GROUP, PLURAL, VERSION
-from batchmark.operator.dispatch import WORKERS, Dispatch, Reconciles
-from batchmark.operator.watched import JOBS_INDEX, PODS_INDEX, WORKLOADS_INDEX, job_entry, pod_entry, workload_entry
+from batchmark.operator.controller import kueue
+from batchmark.operator.controller.dispatch import WORKERS, Dispatch, Reconciles
+from batchmark.operator.controller.watched import (
+    JOBS_INDEX,
+    PODS_INDEX,
+    WORKLOADS_INDEX,
+    job_entry,
+    pod_entry,
+    workload_entry,
+)
+from batchmark.operator.resource.api import GROUP, PLURAL, VERSION
 
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 _DISPATCH = "dispatch"

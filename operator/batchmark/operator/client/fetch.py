@@ -23,9 +23,9 @@ from kubernetes.config.config_exception import ConfigException
 from pydantic import ValidationError
 from rich.console import Console
 
-from batchmark.operator.api import FINISHED_PHASES
-from batchmark.operator.kube import Kube
-from batchmark.operator.names import dns_label, dns_subdomain
+from batchmark.operator.client.names import dns_label, dns_subdomain
+from batchmark.operator.controller.kube import Kube
+from batchmark.operator.resource.api import FINISHED_PHASES
 from batchmark.runner.config import OUTPUT_EXTENSIONS
 from batchmark.runner.configload import UsageError
 from batchmark.runner.console import print_error, print_plain, print_summary

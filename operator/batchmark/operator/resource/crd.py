@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from batchmark.operator.api import (
+from batchmark.operator.resource.api import (
     CATEGORY,
     GROUP,
     KIND,
@@ -20,7 +20,7 @@ from batchmark.operator.api import (
     BatchBenchmarkSpec,
     BatchBenchmarkStatus,
 )
-from batchmark.operator.schema import Schema, structural_schema
+from batchmark.operator.resource.schema import Schema, structural_schema
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"crds/{GROUP}_{PLURAL}.yaml"

@@ -5,17 +5,17 @@ it decides is here, in plain classes that the unit tests drive directly:
 
 - ``timed``: every reconcile is counted and timed by outcome; an API server that failed becomes kopf's
   ``TemporaryError``, so kopf tries the handler again.
-- ``Refresher``: the benchmarks' Jobs, pods and Workloads are kept in kopf's indices (batchmark.operator.watched)
+- ``Refresher``: the benchmarks' Jobs, pods and Workloads are kept in kopf's indices (``watched``)
   and their events are handled in kopf's event loop, so an event that changes nothing the status reads costs no
   thread, and a refresh is handed to a worker thread only when none is already waiting for that benchmark (the
   waiting one reads the state after this event too). With hundreds of benchmarks, every runner's progress patch
   and every pod update is an event: queued one thread-pool job each, they delayed the ones that matter.
   Refreshes have threads of their own, apart from kopf's, which run the create handlers: when hundreds of
   benchmarks are applied at once, their creations (a dozen calls each) would otherwise hold every thread. A
-  refresh after a Job finished goes before the routine ones (batchmark.operator.workers): a benchmark that
+  refresh after a Job finished goes before the routine ones (batchmark.operator.controller.workers): a benchmark that
   finished is marked so without waiting for every pod and runner update queued before it.
 - ``QueuePositionPoller``: queue positions change with no event on a benchmark (another one was admitted): one
-  task polls them (batchmark.operator.positions) and refreshes only the benchmarks whose position moved, at a
+  task polls them (batchmark.operator.controller.positions) and refreshes only the benchmarks whose position moved, at a
   bounded rate.
 - ``SeenSignatures``: what the status last read of each object, so that events that change none of it cost
   nothing.
@@ -35,14 +35,20 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from batchmark.operator import kueue
-from batchmark.operator.kube import ForeignChild
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.positions import QueuePositions
-from batchmark.operator.reconcile import CHILD_CREATORS
-from batchmark.operator.status import JobView, benchmark_signature, child_signature
-from batchmark.operator.watched import BENCHMARK_LABEL, ApiChildren, Children, IndexedChildren, benchmark_job_of
-from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers, retried
+from batchmark.operator.controller import kueue
+from batchmark.operator.controller.kube import ForeignChild
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.positions import QueuePositions
+from batchmark.operator.controller.reconcile import CHILD_CREATORS
+from batchmark.operator.controller.status import JobView, benchmark_signature, child_signature
+from batchmark.operator.controller.watched import (
+    BENCHMARK_LABEL,
+    ApiChildren,
+    Children,
+    IndexedChildren,
+    benchmark_job_of,
+)
+from batchmark.operator.controller.workers import ROUTINE, URGENT, PriorityWorkers, retried
 
 RETRY_DELAY_SECONDS = 2.0
 REFRESH_ATTEMPTS = 5  # a refresh the API server fails is tried again, 2, 4, 6 and 8 s later
@@ -78,7 +84,7 @@ def timed(metrics: OperatorMetrics, action: Callable[[], Any]) -> None:
 
 
 class Reconciles(Protocol):
-    """What the dispatch asks of the Reconciler (batchmark.operator.reconcile)."""
+    """What the dispatch asks of the Reconciler (batchmark.operator.controller.reconcile)."""
 
     metrics: OperatorMetrics
     positions: QueuePositions

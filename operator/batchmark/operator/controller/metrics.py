@@ -9,7 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from batchmark.operator.api import PHASES
+from batchmark.operator.resource.api import PHASES
 
 # One series per benchmark of a resource's status.results, told apart by its batch size, the other swept values
 # ("field=value,..."; empty without a sweep) and, with repeats, which repeat it is ("" without): as many series

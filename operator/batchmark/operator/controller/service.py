@@ -16,12 +16,12 @@ from prometheus_client import start_http_server
 from pydantic import ValidationError
 from rich.console import Console
 
-from batchmark.operator.api import OperatorDefaults
-from batchmark.operator.dispatch import API_CONNECTIONS
-from batchmark.operator.handlers import build_registry, operator_memo
-from batchmark.operator.kube import Kube, api_client
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.reconcile import Reconciler
+from batchmark.operator.controller.dispatch import API_CONNECTIONS
+from batchmark.operator.controller.handlers import build_registry, operator_memo
+from batchmark.operator.controller.kube import Kube, api_client
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.reconcile import Reconciler
+from batchmark.operator.resource.api import OperatorDefaults
 from batchmark.runner.console import print_error
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.safeload import UnusableFile, read_document

@@ -8,9 +8,8 @@
   queued through Kueue: deactivate its Workload instead, and Kueue suspends the Job).
 
 A benchmark with ``spec.queueName`` is refused where Kueue is not installed or its LocalQueue does not exist;
-otherwise its Job is created suspended for Kueue to admit (batchmark.operator.kueue), and Kueue's Workload
-is read into the status with the Job, and, while it waits, its position in the queue (batchmark.operator.positions:
-polled, not read per refresh).
+otherwise its Job is created suspended for Kueue to admit (``kueue``), and Kueue's Workload is read into the
+status with the Job, and, while it waits, its position in the queue (``positions``: polled, not read per refresh).
 - ``forget``: the resource is deleted (its children go by owner reference); drop its metrics.
 """
 
@@ -25,14 +24,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from batchmark.operator import children, kueue
-from batchmark.operator.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
-from batchmark.operator.kube import Kube, KueueApi
-from batchmark.operator.kueue import WorkloadView
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.positions import QueuePosition, QueuePositions
-from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
-from batchmark.operator.watched import ApiChildren, Children
+from batchmark.operator.controller import children, kueue
+from batchmark.operator.controller.kube import Kube, KueueApi
+from batchmark.operator.controller.kueue import WorkloadView
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.positions import QueuePosition, QueuePositions
+from batchmark.operator.controller.status import JobView, Observation, PodView, StatusUpdate, build_status
+from batchmark.operator.controller.watched import ApiChildren, Children
+from batchmark.operator.resource.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
 from batchmark.runner.summary import headline, parse_summary
 

@@ -3,7 +3,7 @@
 The benchmark part of the spec is the runner's own config models (backend, data, profile, constraints,
 sampleRequests), so the CLI, a config file and the CRD never drift; the rest says how to run it on Kubernetes.
 Field names are camelCase, as Kubernetes writes them. The CRD's schema is generated from these models
-(batchmark.operator.crd).
+(batchmark.operator.resource.crd).
 """
 
 from __future__ import annotations

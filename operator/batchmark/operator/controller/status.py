@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
-from batchmark.operator.kueue import QUEUE_NAME_LABEL, WorkloadView
-from batchmark.operator.positions import QueuePosition
+from batchmark.operator.controller.kueue import QUEUE_NAME_LABEL, WorkloadView
+from batchmark.operator.controller.positions import QueuePosition
+from batchmark.operator.resource.api import FINISHED_PHASES, Condition, Phase
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.summary import parse_summary
 
