@@ -18,6 +18,7 @@ from batchmark.operator.controller.kueue import WorkloadView
 from batchmark.operator.controller.positions import QueuePosition, QueuePositions, positions_in
 from batchmark.operator.controller.reconcile import Reconciler
 from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
+from batchmark.operator.resource.status import Phase
 
 QUOTA_MESSAGE = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpus"
 
@@ -201,7 +202,7 @@ def admitted_condition(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def test_a_queued_benchmark_shows_its_position_in_the_status_and_the_messages() -> None:
     fields = status_with(QueuePosition("gpus", 2, 5), waiting_workload())
-    assert fields["phase"] == "Queued"
+    assert fields["phase"] == Phase.QUEUED
     assert fields["queue"] == {"name": "gpus", "position": 2, "clusterQueuePosition": 5}
     expected = f"position 2 in LocalQueue gpus, 5 in its ClusterQueue (0: next to be admitted); {QUOTA_MESSAGE}"
     assert fields["message"] == expected
@@ -211,7 +212,7 @@ def test_a_queued_benchmark_shows_its_position_in_the_status_and_the_messages() 
 
 def test_without_a_position_the_message_is_kueues_and_no_queue_is_shown() -> None:
     fields = status_with(None, waiting_workload())
-    assert fields["phase"] == "Queued"
+    assert fields["phase"] == Phase.QUEUED
     assert fields["queue"] is None  # a merge patch's null: nothing stored, or a stale one removed
     assert fields["message"] == QUOTA_MESSAGE
 
@@ -284,7 +285,7 @@ def test_the_operator_carries_on_without_the_visibility_api(caplog: pytest.LogCa
             reconciler.refresh("team-a", "sweep")
             reconciler.positions.poll()
     assert update is not None
-    assert update.phase == "Queued"
+    assert update.phase == Phase.QUEUED
     assert "queue" not in kube.status
     assert kube.status["message"] == QUOTA_MESSAGE
     assert len(fetch.calls) == 1

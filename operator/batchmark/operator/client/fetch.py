@@ -25,7 +25,7 @@ from rich.console import Console
 
 from batchmark.operator.client.names import dns_label, dns_subdomain
 from batchmark.operator.controller.kube import Kube
-from batchmark.operator.resource.api import FINISHED_PHASES
+from batchmark.operator.resource.status import FINISHED_PHASES
 from batchmark.runner.config import OUTPUT_EXTENSIONS
 from batchmark.runner.configload import UsageError
 from batchmark.runner.console import print_error, print_plain, print_summary

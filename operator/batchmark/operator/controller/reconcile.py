@@ -31,7 +31,8 @@ from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.operator.controller.positions import QueuePosition, QueuePositions
 from batchmark.operator.controller.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.controller.watched import ApiChildren, Children
-from batchmark.operator.resource.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.resource.status import FINISHED_PHASES, Phase, Reason
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
 from batchmark.runner.summary import headline, parse_summary
 
@@ -40,13 +41,13 @@ log = logging.getLogger(__name__)
 CHILD_CREATORS = 32  # threads that make the calls of the benchmarks being set up, for all of them
 
 # The event recorded when the phase becomes this one: (type, reason).
-_TRANSITION_EVENTS: dict[str, list[tuple[str, str]]] = {
-    "Queued": [("Normal", "Queued")],
-    "LoadingEngine": [("Normal", "Scheduled")],
-    "Running": [("Normal", "EngineLoaded"), ("Normal", "Running")],
-    "Succeeded": [("Normal", "Completed")],
-    "Failed": [("Warning", "Failed")],
-    "Cancelled": [("Normal", "Cancelled")],
+_TRANSITION_EVENTS: dict[Phase, list[tuple[str, Reason]]] = {
+    Phase.QUEUED: [("Normal", Reason.QUEUED)],
+    Phase.LOADING_ENGINE: [("Normal", Reason.SCHEDULED)],
+    Phase.RUNNING: [("Normal", Reason.ENGINE_LOADED), ("Normal", Reason.RUNNING)],
+    Phase.SUCCEEDED: [("Normal", Reason.COMPLETED)],
+    Phase.FAILED: [("Warning", Reason.FAILED)],
+    Phase.CANCELLED: [("Normal", Reason.CANCELLED)],
 }
 
 
@@ -126,13 +127,13 @@ class Reconciler:
             return None
         if not self.kueue.installed():
             raise QueueRefused(
-                "KueueNotInstalled",
+                Reason.KUEUE_NOT_INSTALLED,
                 f"spec.queueName is {spec.queue_name!r} but Kueue is not installed in this cluster (no"
                 f" {kueue.KUEUE_GROUP}/{kueue.KUEUE_VERSION} API); install Kueue or remove queueName",
             )
         if not self.kueue.local_queue_exists(namespace, spec.queue_name):
             raise QueueRefused(
-                "LocalQueueNotFound",
+                Reason.LOCAL_QUEUE_NOT_FOUND,
                 f"spec.queueName: LocalQueue {spec.queue_name!r} does not exist in namespace {namespace!r};"
                 " create it (see examples/kueue/queues.yaml) or name an existing one",
             )
@@ -146,7 +147,7 @@ class Reconciler:
         invalid: str | None = None,
         extra: Mapping[str, Any] | None = None,
         created_job: Mapping[str, Any] | None = None,
-        invalid_reason: str = "InvalidConfig",
+        invalid_reason: Reason = Reason.INVALID_CONFIG,
         body: Mapping[str, Any] | None = None,
     ) -> StatusUpdate | None:
         """Build the status from what is observed now and patch what changed; ``created_job``: the manifest
@@ -177,7 +178,7 @@ class Reconciler:
                 status=stored,
                 job=job,
                 pods=pods,
-                invalid=invalid if stored.get("phase") is None or stored.get("phase") == "Pending" else None,
+                invalid=invalid if stored.get("phase") is None or stored.get("phase") == Phase.PENDING else None,
                 invalid_reason=invalid_reason,
                 queued=queued,
                 workload=workload,
@@ -197,10 +198,10 @@ class Reconciler:
             self._announce_preemption(body, stored, fields)
             self.metrics.set_phase(namespace, name, update.phase)
             completion_time = fields.get("completionTime") or stored.get("completionTime")
-            if update.phase == "Failed" and completion_time:
+            if update.phase == Phase.FAILED and completion_time:
                 self.metrics.set_failure(namespace, name, update.reason, completion_time)
             results = fields.get("results") or stored.get("results")
-            if update.phase == "Succeeded" or (update.phase in FINISHED_PHASES and results):
+            if update.phase == Phase.SUCCEEDED or (update.phase in FINISHED_PHASES and results):
                 self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])
             return update
 
@@ -236,9 +237,9 @@ class Reconciler:
         previous_reason = (body.get("status") or {}).get("reason")
         events: list[tuple[str, str, str]] = []
         if update.changed_phase:
-            for kind, reason in _TRANSITION_EVENTS.get(update.phase, []):
-                message = update.message if reason != "Failed" else f"{update.reason}: {update.message}"
-                events.append((kind, reason, message))
+            for kind, announced in _TRANSITION_EVENTS.get(update.phase, []):
+                message = update.message if announced != Reason.FAILED else f"{update.reason}: {update.message}"
+                events.append((kind, announced, message))
         if update.reason != previous_reason and update.warning and update.phase not in FINISHED_PHASES:
             events.append(("Warning", update.reason, update.message))
         for kind, reason, message in events:
@@ -255,7 +256,7 @@ class Reconciler:
         for record in (fields.get("preemptions") or [])[before:]:
             message = f"Kueue preempted attempt {record['attempt']} ({record['reason']}): {record['message']}"
             try:
-                self.kube.event(body, "Warning", "Preempted", message + "; it waits in its queue to run again")
+                self.kube.event(body, "Warning", Reason.PREEMPTED, message + "; it waits in its queue to run again")
             except Exception as error:  # an event is a courtesy: never fail the reconcile on one
                 log.warning("could not record event Preempted on %s: %s", body["metadata"]["name"], error)
 
@@ -263,7 +264,7 @@ class Reconciler:
 class QueueRefused(Exception):
     """A queued benchmark that cannot be queued: Kueue or its LocalQueue is missing."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from batchmark.operator.resource.status import Phase
 from batchmark.runner import __version__, contract
 from batchmark.runner.arguments import DEFAULT_LINGER_SECONDS, MAX_LINGER_SECONDS
 from batchmark.runner.config import (
@@ -44,18 +45,6 @@ DEFAULT_IMAGE = f"ghcr.io/batchmark/batchmark-runner:{__version__}"
 DEFAULT_METRICS_PORT = 8000
 GPU_RESOURCE = "nvidia.com/gpu"
 
-Phase = Literal["Pending", "Queued", "Scheduling", "LoadingEngine", "Running", "Succeeded", "Failed", "Cancelled"]
-PHASES: tuple[Phase, ...] = (
-    "Pending",
-    "Queued",
-    "Scheduling",
-    "LoadingEngine",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Cancelled",
-)
-FINISHED_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 # A quantity as Kubernetes writes it: 2, "500m", "2Gi".
 Quantity = int | str
