@@ -18,6 +18,7 @@ from batchmark.operator.controller.kueue import WorkloadView
 from batchmark.operator.controller.positions import QueuePosition, QueuePositions, positions_in
 from batchmark.operator.controller.reconcile import Reconciler
 from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
+from batchmark.operator.controller.workers import ControllerThreads
 from batchmark.operator.resource.status import Phase
 
 QUOTA_MESSAGE = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpus"
@@ -268,7 +269,7 @@ class QueuedChildren:
 
 def reconciler_with(fetch: FakeVisibility) -> tuple[Reconciler, FakeKube]:
     kube = FakeKube()
-    reconciler = Reconciler(kube)
+    reconciler = Reconciler(kube, ControllerThreads())
     reconciler.children = QueuedChildren()
     reconciler.positions = QueuePositions(fetch)
     return reconciler, kube

@@ -1,20 +1,24 @@
-"""kopf's decorators, and nothing else: each handler hands its inputs to the ``Dispatch`` in kopf's memo.
+"""kopf's decorators and its run, the one module that imports kopf: each handler hands its inputs to the
+``Dispatch`` in kopf's memo.
 
 The handlers live in their own registry (not kopf's global one), so an operator can run in a thread of a
-test process and a second one can start after it. Their shared state (the Reconciler, the refresh threads, the
-queue position poller) is one ``Dispatch`` (batchmark.operator.controller.dispatch) in the operator's memo, which kopf
-copies into every resource's memo: ``kopf.run(registry=build_registry(), memo=operator_memo(reconciler))``.
-What each event leads to is decided there, in plain code the unit tests call directly.
+test process and a second one can start after it. Their shared state (the Reconciler, its threads, the queue
+position poller) is one ``Dispatch`` (``dispatch``) in the operator's memo, which kopf copies into every
+resource's memo (``run``). What each event leads to is decided there, in plain code the unit tests call
+directly; a ``RetryLater`` it raises becomes kopf's ``TemporaryError`` here.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, cast
 
 import kopf
 
 from batchmark.operator.controller import kueue
-from batchmark.operator.controller.dispatch import WORKERS, Dispatch, Reconciles
+from batchmark.operator.controller.dispatch import Dispatch, RetryLater
 from batchmark.operator.controller.watched import (
     JOBS_INDEX,
     PODS_INDEX,
@@ -23,23 +27,48 @@ from batchmark.operator.controller.watched import (
     pod_entry,
     workload_entry,
 )
+from batchmark.operator.controller.workers import KOPF_THREADS
 from batchmark.operator.resource.api import GROUP, PLURAL, VERSION
 
 BENCHMARK_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.io/component": "benchmark"}
 _DISPATCH = "dispatch"
 
 
-def operator_memo(reconciler: Reconciles) -> kopf.Memo:
-    """kopf's operator memo for a run: the dispatch of this reconciler."""
-    return kopf.Memo({_DISPATCH: Dispatch(reconciler)})
+def run(
+    dispatch: Dispatch,
+    namespaces: Sequence[str],
+    liveness_endpoint: str,
+    stop_flag: threading.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> None:
+    """Run kopf, standalone, with these handlers and ``dispatch`` in its memo, until stopped. Blocks."""
+    kopf.run(
+        registry=build_registry(),
+        memo=kopf.Memo({_DISPATCH: dispatch}),
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=list(namespaces),
+        liveness_endpoint=liveness_endpoint,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
 
 
 def dispatch_of(memo: kopf.Memo) -> Dispatch:
     return cast(Dispatch, memo[_DISPATCH])
 
 
+@contextmanager
+def retried_by_kopf() -> Iterator[None]:
+    """A ``RetryLater`` from the dispatch, as kopf's ``TemporaryError``: kopf tries the handler again."""
+    try:
+        yield
+    except RetryLater as error:
+        raise kopf.TemporaryError(str(error), delay=error.delay) from error.__cause__
+
+
 def build_registry() -> kopf.OperatorRegistry:
-    """A registry of the operator's handlers; each finds its Dispatch in the memo ``operator_memo`` makes."""
+    """A registry of the operator's handlers; each finds its Dispatch in the memo ``run`` makes."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -48,15 +77,16 @@ def build_registry() -> kopf.OperatorRegistry:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.startup(registry=registry)
-    async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
         # Progress in annotations: the status belongs to the schema (and its two writers), not to kopf.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
         settings.persistence.finalizer = f"{GROUP}/operator"
         settings.posting.level = 30  # only warnings and errors become events; transitions are posted by us
         settings.posting.reporting_component = "batchmark-operator"
-        settings.execution.max_workers = WORKERS
-        dispatch_of(memo).start()
+        settings.execution.max_workers = KOPF_THREADS
+        # kopf hands its indices among the keyword arguments, made before this handler and kept to the end.
+        dispatch_of(memo).start(kwargs)
 
     @kopf.on.cleanup(registry=registry)
     async def stop(memo: kopf.Memo, **_: Any) -> None:
@@ -76,24 +106,21 @@ def build_registry() -> kopf.OperatorRegistry:
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    def created(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        dispatch = dispatch_of(memo)
-        dispatch.bind(kwargs)
-        dispatch.ensure(body)
+    def created(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        with retried_by_kopf():
+            dispatch_of(memo).ensure(body)
 
     @kopf.on.field(GROUP, VERSION, PLURAL, field="spec.cancel", registry=registry)
-    def cancel_changed(namespace: str | None, name: str, new: Any, memo: kopf.Memo, **kwargs: Any) -> None:
-        dispatch = dispatch_of(memo)
-        dispatch.bind(kwargs)
-        dispatch.cancel_changed(namespace, name, new)
+    def cancel_changed(namespace: str | None, name: str, new: Any, memo: kopf.Memo, **_: Any) -> None:
+        with retried_by_kopf():
+            dispatch_of(memo).cancel_changed(namespace, name, new)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def resource_changed(
-        type: str, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
+        type: str, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
     ) -> None:
-        dispatch = dispatch_of(memo)
-        dispatch.bind(kwargs)
-        await dispatch.benchmark_event(type, namespace, name, body)
+        with retried_by_kopf():
+            await dispatch_of(memo).benchmark_event(type, namespace, name, body)
 
     @kopf.on.event("batch", "v1", "jobs", labels=BENCHMARK_LABELS, registry=registry)
     async def job_changed(
@@ -103,11 +130,10 @@ def build_registry() -> kopf.OperatorRegistry:
         labels: kopf.Labels,
         body: kopf.Body,
         memo: kopf.Memo,
-        **kwargs: Any,
+        **_: Any,
     ) -> None:
-        dispatch = dispatch_of(memo)
-        dispatch.bind(kwargs)
-        await dispatch.child_event("Job", type, namespace, name, labels, body)
+        with retried_by_kopf():
+            await dispatch_of(memo).child_event("Job", type, namespace, name, labels, body)
 
     @kopf.on.event("", "v1", "pods", labels=BENCHMARK_LABELS, registry=registry)
     async def pod_changed(
@@ -117,19 +143,17 @@ def build_registry() -> kopf.OperatorRegistry:
         labels: kopf.Labels,
         body: kopf.Body,
         memo: kopf.Memo,
-        **kwargs: Any,
+        **_: Any,
     ) -> None:
-        dispatch = dispatch_of(memo)
-        dispatch.bind(kwargs)
-        await dispatch.child_event("Pod", type, namespace, name, labels, body)
+        with retried_by_kopf():
+            await dispatch_of(memo).child_event("Pod", type, namespace, name, labels, body)
 
     # Served from when Kueue's CRDs exist (kopf follows the CRDs).
     @kopf.on.event(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "workloads", registry=registry)
     async def workload_changed(
-        type: str, namespace: str | None, name: str, meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
+        type: str, namespace: str | None, name: str, meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo, **_: Any
     ) -> None:
-        dispatch = dispatch_of(memo)
-        dispatch.bind(kwargs)
-        await dispatch.workload_event(type, namespace, name, meta, body)
+        with retried_by_kopf():
+            await dispatch_of(memo).workload_event(type, namespace, name, meta, body)
 
     return registry

@@ -16,10 +16,7 @@ status with the Job, and, while it waits, its position in the queue (``positions
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,14 +28,13 @@ from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.operator.controller.positions import QueuePosition, QueuePositions
 from batchmark.operator.controller.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.controller.watched import ApiChildren, Children
+from batchmark.operator.controller.workers import ControllerThreads
 from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.operator.resource.status import FINISHED_PHASES, Phase, Reason
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
 from batchmark.runner.summary import headline, parse_summary
 
 log = logging.getLogger(__name__)
-
-CHILD_CREATORS = 32  # threads that make the calls of the benchmarks being set up, for all of them
 
 # The event recorded when the phase becomes this one: (type, reason).
 _TRANSITION_EVENTS: dict[Phase, list[tuple[str, Reason]]] = {
@@ -52,10 +48,17 @@ _TRANSITION_EVENTS: dict[Phase, list[tuple[str, Reason]]] = {
 
 
 class Reconciler:
-    """The operator's state: its API access, its defaults, its metrics, a lock per resource."""
+    """The operator's state: its API access, its defaults, its metrics; the threads and locks it is handed."""
 
-    def __init__(self, kube: Kube, defaults: OperatorDefaults | None = None, metrics: OperatorMetrics | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        threads: ControllerThreads,
+        defaults: OperatorDefaults | None = None,
+        metrics: OperatorMetrics | None = None,
+    ):
         self.kube = kube
+        self.threads = threads
         self.kueue = KueueApi(kube.api)
         # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (dispatch.py).
         self.api_children = ApiChildren(kube, self.kueue)
@@ -63,17 +66,6 @@ class Reconciler:
         self.positions = QueuePositions(self.kueue.pending_workloads)
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
-        self._locks: dict[tuple[str, str], threading.RLock] = {}
-        self._locks_guard = threading.Lock()
-        self._creators = ThreadPoolExecutor(CHILD_CREATORS, thread_name_prefix="create")
-
-    @contextmanager
-    def _locked(self, namespace: str, name: str) -> Iterator[None]:
-        """Job, pod and resource events arrive on different threads; one resource is handled by one at a time."""
-        with self._locks_guard:
-            lock = self._locks.setdefault((namespace, name), threading.RLock())
-        with lock:
-            yield
 
     def ensure(self, body: Mapping[str, Any]) -> None:
         metadata = body["metadata"]
@@ -101,7 +93,9 @@ class Reconciler:
         # one else writes the status of a benchmark without a Job) and the children that need nothing; then the
         # RoleBinding, which needs its Role (the operator holds no `bind` permission, so the API server checks
         # the Role's rules), and the Job, whose pods need their ServiceAccount; then the status that says so.
-        pending = self._creators.submit(self.refresh, namespace, name, body=body) if not status.get("phase") else None
+        pending = (
+            self.threads.aside(lambda: self.refresh(namespace, name, body=body)) if not status.get("phase") else None
+        )
         self._create_at_once(
             children.config_map(owner, config),
             children.service_account(owner),
@@ -111,14 +105,14 @@ class Reconciler:
             pending.result()  # Pending is written before the Job's status can be
         # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
         # phases are written in the order they happened (Scheduling before LoadingEngine).
-        with self._locked(namespace, name):
+        with self.threads.locks.held(namespace, name):
             _, created = self._create_at_once(children.role_binding(owner), job)
             # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
             self.refresh(namespace, name, created_job=job if created else None)
 
     def _create_at_once(self, *manifests: Mapping[str, Any]) -> list[bool]:
         """Create the objects concurrently; for each, whether this call created it (False: it existed)."""
-        return list(self._creators.map(self.kube.create, manifests))
+        return self.threads.at_once(self.kube.create, manifests)
 
     def _workload_priority_class(self, spec: BatchBenchmarkSpec, namespace: str) -> str | None:
         """For a queued benchmark: check Kueue and the LocalQueue are there, and return the
@@ -153,7 +147,7 @@ class Reconciler:
         """Build the status from what is observed now and patch what changed; ``created_job``: the manifest
         of the Job the caller has just created (no watch has seen it yet, and it has no pod); ``body``: the
         resource as just received, instead of reading it again."""
-        with self._locked(namespace, name):
+        with self.threads.locks.held(namespace, name):
             if body is None:
                 body = self.kube.get_benchmark(namespace, name)
             if body is None:
@@ -230,8 +224,7 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         self.metrics.forget(namespace, name)
         self.positions.forget(namespace, name)
-        with self._locks_guard:
-            self._locks.pop((namespace, name), None)
+        self.threads.locks.forget(namespace, name)
 
     def _announce(self, body: Mapping[str, Any], update: StatusUpdate) -> None:
         previous_reason = (body.get("status") or {}).get("reason")

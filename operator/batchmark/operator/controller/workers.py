@@ -1,9 +1,17 @@
-"""Worker threads that take the most urgent call first.
+"""The controller's threads and locks, all of them but kopf's own, in one place.
 
-The operator's refreshes are blocking API calls, so they run on threads; with hundreds of benchmarks most of
-them are routine (a pod was scheduled, a runner reported), and a few matter to someone waiting (a Job
-finished: `kubectl wait` returns when the phase says so). A first-in-first-out pool makes those few wait
-behind every routine one queued before them; here they go first. Within one priority the order is FIFO.
+- How many threads each kind of work has (``KOPF_THREADS``, ``REFRESH_THREADS``, ``CREATOR_THREADS``), and the
+  API client's connections that serve them (``API_CONNECTIONS``).
+- ``PriorityWorkers``: the refreshes' threads, which take the most urgent call first. Refreshes are blocking
+  API calls; with hundreds of benchmarks most of them are routine (a pod was scheduled, a runner reported), and
+  a few matter to someone waiting (a Job finished: `kubectl wait` returns when the phase says so). A
+  first-in-first-out pool makes those few wait behind every routine one queued before them; here they go
+  first. Within one priority the order is FIFO.
+- ``BenchmarkLocks``: one lock per benchmark, so that its Job's, pods' and own events, which arrive on different
+  threads, are handled one at a time.
+- ``ControllerThreads``: the above and the threads that make a benchmark's independent creations at once, as
+  one object the reconciler and the dispatch are handed; the reconciler itself starts no thread and keeps no
+  lock.
 """
 
 from __future__ import annotations
@@ -13,8 +21,17 @@ import concurrent.futures
 import itertools
 import queue
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+KOPF_THREADS = 48  # threads for kopf's synchronous handlers (its executor): creation, cancel
+REFRESH_THREADS = 8  # threads for refreshes after an event
+CREATOR_THREADS = 32  # threads that make the calls of the benchmarks being set up, for all of them
+API_CONNECTIONS = KOPF_THREADS + REFRESH_THREADS + CREATOR_THREADS  # one pooled connection per thread
 
 URGENT = 0
 ROUTINE = 1
@@ -82,3 +99,56 @@ async def retried(
             if attempt == attempts:
                 raise
             await asyncio.sleep(delay_seconds * attempt)
+
+
+class BenchmarkLocks:
+    """One reentrant lock per benchmark: Job, pod and resource events arrive on different threads, and one
+    benchmark is handled by one of them at a time."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], threading.RLock] = {}
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def held(self, namespace: str, name: str) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks.setdefault((namespace, name), threading.RLock())
+        with lock:
+            yield
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._locks.pop((namespace, name), None)
+
+
+class ControllerThreads:
+    """The controller's threads and locks: the benchmarks' locks, the creators (started as they are needed)
+    and the refresh workers (started by ``start``, in kopf's startup handler)."""
+
+    def __init__(self, refresh_threads: int = REFRESH_THREADS, creator_threads: int = CREATOR_THREADS) -> None:
+        self.locks = BenchmarkLocks()
+        self._creators = concurrent.futures.ThreadPoolExecutor(creator_threads, thread_name_prefix="create")
+        self._refresh_threads = refresh_threads
+        self._refreshes: PriorityWorkers | None = None
+
+    def aside(self, call: Callable[[], _R]) -> concurrent.futures.Future[_R]:
+        """Run ``call`` on a creator thread while the caller goes on."""
+        return self._creators.submit(call)
+
+    def at_once(self, call: Callable[[_T], _R], arguments: Iterable[_T]) -> list[_R]:
+        """``call`` of each argument, all at the same time on creator threads; the results in order."""
+        return list(self._creators.map(call, arguments))
+
+    def start(self) -> None:
+        self._refreshes = PriorityWorkers(self._refresh_threads, "refresh")
+
+    @property
+    def refreshes(self) -> PriorityWorkers:
+        if self._refreshes is None:
+            raise RuntimeError("the refresh threads have not started (kopf's startup handler starts them)")
+        return self._refreshes
+
+    def stop(self) -> None:
+        """Stop the refresh threads; the creators' pool stays, for a creation kopf may still be running."""
+        if self._refreshes is not None:
+            self._refreshes.shutdown()
