@@ -53,14 +53,8 @@ from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.events import Progress, RunObserver
 from batchmark.runner.profiles import Strategy
 from batchmark.runner.results import RunReport
-from batchmark.runner.summary import (
-    EngineStatus,
-    ProgressStatus,
-    engine_status,
-    headline,
-    run_summary,
-    termination_message,
-)
+from batchmark.runner.statusfields import EngineStatus, ProgressStatus, headline
+from batchmark.runner.summary import engine_status, run_summary, termination_message
 
 log = logging.getLogger(__name__)
 

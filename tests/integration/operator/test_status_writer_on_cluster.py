@@ -10,8 +10,8 @@ import yaml
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from batchmark.runner.statusfields import parse_summary
 from batchmark.runner.statuswriter import StatusApi, StatusTarget, StatusWriter
-from batchmark.runner.summary import parse_summary
 from tests.integration.operator.conftest import OperatorProcess, benchmark, example, kubectl_apply, wait_for_phase
 from tests.unit.runner.test_summary import sweep_report
 

@@ -15,7 +15,8 @@ from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.events import RunObserver
 from batchmark.runner.pushgateway import results_registry
 from batchmark.runner.results import RunReport
-from batchmark.runner.summary import headline, run_summary, termination_message
+from batchmark.runner.statusfields import headline
+from batchmark.runner.summary import run_summary, termination_message
 
 pytestmark = pytest.mark.integration
 

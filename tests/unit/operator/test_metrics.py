@@ -9,7 +9,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.operator.controller.metrics import OperatorMetrics
-from batchmark.runner.summary import BenchmarkSummary, RunSummary, fit_summary, summary_json
+from batchmark.runner.statusfields import BenchmarkSummary, RunSummary
+from batchmark.runner.summary import fit_summary, summary_json
 
 
 def series(metrics: OperatorMetrics, name: str) -> dict[frozenset[tuple[str, str]], float]:

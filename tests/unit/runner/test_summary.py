@@ -8,13 +8,10 @@ from batchmark.runner.backend.messages import BatchReport
 from batchmark.runner.engines.base import Completion, EngineTimings
 from batchmark.runner.events import BatchEvent
 from batchmark.runner.results import RunReport
+from batchmark.runner.statusfields import BenchmarkSummary, RunSummary, headline, parse_summary
 from batchmark.runner.summary import (
     TERMINATION_MESSAGE_LIMIT,
-    BenchmarkSummary,
-    RunSummary,
     fit_summary,
-    headline,
-    parse_summary,
     run_summary,
     summary_json,
     termination_message,

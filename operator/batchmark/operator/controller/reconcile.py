@@ -32,7 +32,7 @@ from batchmark.operator.controller.workers import ControllerThreads
 from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.operator.resource.status import FINISHED_PHASES, Phase, Reason
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
-from batchmark.runner.summary import headline, parse_summary
+from batchmark.runner.statusfields import headline, parse_summary
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from batchmark.operator.controller.positions import QueuePosition
 from batchmark.operator.resource.api import Condition
 from batchmark.operator.resource.status import FINISHED_PHASES, ConditionType, Phase, Reason
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.summary import parse_summary
+from batchmark.runner.statusfields import parse_summary
 
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = (ConditionType.SCHEDULED, ConditionType.ENGINE_LOADED, ConditionType.COMPLETE, ConditionType.FAILED)

@@ -29,7 +29,7 @@ from batchmark.runner.config import (
     RunConfig,
     SweepConfig,
 )
-from batchmark.runner.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
+from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
 # The resource's identity is part of the operator–runner contract; named here for the operator's modules.
 GROUP = contract.GROUP
