@@ -318,6 +318,8 @@ class QueueStatus(ApiModel):
     )
 
 
+# The docstring is the CRD's description of the status: it names the decision's module as it was before the
+# package had rooms (now controller.status), so that the CRD stays byte for byte.
 class BatchBenchmarkStatus(ApiModel):
     """Where the benchmark is, and its results. Each field has one writer (see batchmark.operator.status)."""
 
