@@ -29,8 +29,9 @@ from typing import Any, cast
 
 from kubernetes.client import CustomObjectsApi
 
-from batchmark.operator.kube import Kube, api_client
-from batchmark.operator.reconcile import Reconciler
+from batchmark.operator.controller.kube import Kube, api_client
+from batchmark.operator.controller.reconcile import Reconciler
+from batchmark.operator.controller.workers import ControllerThreads
 from benchmarks.operator_scale import ROOT, manifest, percentile
 from tests.cluster.controlplane import ControlPlane
 
@@ -60,7 +61,7 @@ class TimedKube(Kube):
 def one_run(cluster: ControlPlane, namespace: str, benchmarks: int, threads: int) -> dict[str, Any]:
     cluster.kubectl("create", "namespace", namespace)
     kube = TimedKube(api_client(str(cluster.kubeconfig), threads + 1))
-    reconciler = Reconciler(kube)
+    reconciler = Reconciler(kube, ControllerThreads())
     api = CustomObjectsApi(cluster.api_client())
     applied: dict[str, float] = {}
     load_before = os.getloadavg()

@@ -30,7 +30,7 @@ def default_names(target: str) -> list[str]:
     """The names under which the nodes also hold the image: those the chart's values (`batchmark-runner` and
     `batchmark-operator` at the chart's appVersion, Docker Hub's library as a container runtime reads a bare
     name) and the operator's default runner image name, so that manifests written by them run unchanged."""
-    from batchmark.operator.api import DEFAULT_IMAGE
+    from batchmark.operator.resource.api import DEFAULT_IMAGE
 
     chart = yaml.safe_load((ROOT / "charts" / "batchmark" / "Chart.yaml").read_text())
     names = [f"docker.io/library/batchmark-{target}:{chart['appVersion']}"]

@@ -1,8 +1,7 @@
 """The batchmark operator: watches BatchBenchmarks (batchmark.dev/v1alpha1) and runs each as a GPU Job.
 
-Layout: ``api`` (the resource's models), ``schema``/``crd`` (the CRD generated from them), ``children`` (the
-objects a benchmark owns), ``status`` (the one place that decides phase and conditions), ``reconcile`` (what
-the operator does, as plain functions), ``handlers`` (kopf's decorators only), ``service`` (``batchmark
-operator``), ``metrics`` (its /metrics), ``rbac`` (the permissions it needs), ``manifest`` and ``fetch``
-(``batchmark manifest`` and ``batchmark results``). See README.md next to this file.
+Layout, each layer importing only those below it: ``commands`` (the ``batchmark`` subcommands it registers),
+``client`` (the user's commands: ``batchmark results`` and ``batchmark manifest``), ``controller`` (the running
+operator, ``batchmark operator``), ``resource`` (the BatchBenchmark's models and the CRD generated from them).
+See README.md next to this file.
 """

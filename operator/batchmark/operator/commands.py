@@ -1,12 +1,13 @@
 """The operator's subcommands of ``batchmark``, registered through the ``batchmark.commands`` entry points.
 
-Each ``register_*`` adds one subparser whose ``handler`` runs the command. Only argparse is imported here:
-kopf and the Kubernetes client load when a command that needs them runs.
+Each ``register_*`` adds one subparser whose ``handler`` runs the command. Only the standard library is imported
+here: kopf, the Kubernetes client and the models load when a command that needs them runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 from batchmark.runner.config.arguments import port_number
 
 Subparsers = Any  # argparse's _SubParsersAction, which it does not export
+
+log = logging.getLogger(__name__)
 
 
 def register_crd(commands: Subparsers) -> None:
@@ -27,7 +30,7 @@ def register_crd(commands: Subparsers) -> None:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from batchmark.operator.crd import crd_yaml  # noqa: PLC0415 - yaml and the models load only when asked
+    from batchmark.operator.resource.crd import crd_yaml  # noqa: PLC0415 - yaml and the models load only when asked
 
     sys.stdout.write(crd_yaml())
     return 0
@@ -50,7 +53,7 @@ def register_manifest(commands: Subparsers) -> None:
 
 
 def _manifest(args: argparse.Namespace) -> int:
-    from batchmark.operator.manifest import manifest_command  # noqa: PLC0415
+    from batchmark.operator.client.manifest import manifest_command  # noqa: PLC0415
 
     return manifest_command(args)
 
@@ -80,9 +83,39 @@ def register_operator(commands: Subparsers) -> None:
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from batchmark.operator.service import operator_command  # noqa: PLC0415
+    from rich.console import Console  # noqa: PLC0415
 
-    return operator_command(args)
+    from batchmark.operator.controller.service import (  # noqa: PLC0415
+        DefaultsError,
+        OperatorOptions,
+        load_defaults,
+        run_operator,
+    )
+    from batchmark.runner.contract import EXIT_USAGE  # noqa: PLC0415
+    from batchmark.runner.observe.console import print_error  # noqa: PLC0415
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kopf logs every handler's success per object at INFO: with hundreds of benchmarks that is most of the log.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    try:
+        defaults = load_defaults(args.defaults)
+    except DefaultsError as error:  # refused before anything starts, as argparse refuses: one line on stderr
+        print_error(Console(stderr=True), "operator", str(error))
+        return EXIT_USAGE
+    options = OperatorOptions(
+        namespaces=args.namespace or (),
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        health_address=args.health_address,
+        health_port=args.health_port,
+        defaults=defaults,
+    )
+    try:
+        run_operator(options)
+    except OSError as error:  # a port in use
+        log.error("cannot serve: %s", error)
+        return EXIT_USAGE
+    return 0
 
 
 def register_results(commands: Subparsers) -> None:
@@ -106,6 +139,6 @@ def register_results(commands: Subparsers) -> None:
 
 
 def _results(args: argparse.Namespace) -> int:
-    from batchmark.operator.fetch import results_command  # noqa: PLC0415
+    from batchmark.operator.client.fetch import results_command  # noqa: PLC0415
 
     return results_command(args)

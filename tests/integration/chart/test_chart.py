@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from batchmark.operator import children
-from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
-from batchmark.operator.rbac import OPERATOR_RULES
-from batchmark.operator.service import load_defaults
+from batchmark.operator.controller import children
+from batchmark.operator.controller.rbac import OPERATOR_RULES
+from batchmark.operator.controller.service import load_defaults
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from dashboards.build import CHART_DASHBOARDS
 from tests.integration.chart.helm import CHART, NAMESPACE, ROOT, VALUES, find, helm, render, template_arguments
 

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from kubernetes.client import CoreV1Api
 
-from batchmark.operator.children import RUNNER_CONTAINER
+from batchmark.operator.controller.children import RUNNER_CONTAINER
 from batchmark.runner.observe.statuswriter import read_report_config_map
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import start_http_server
 
-from batchmark.operator.metrics import OperatorMetrics
+from batchmark.operator.controller.metrics import OperatorMetrics
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import queries, substitute
 from tests.integration.observability.servers import free_port, prometheus

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes.client import CustomObjectsApi
 
-from batchmark.operator.rbac import OPERATOR_RULES
+from batchmark.operator.controller.rbac import OPERATOR_RULES
 from tests.cluster.controlplane import write_kubeconfig
 from tests.cluster.fixtures import KubeCluster
 from tests.polling import wait_for
@@ -165,8 +165,9 @@ def phase_of(cluster: KubeCluster, namespace: str, name: str) -> str | None:
 def operator_with_only_its_rbac(
     session_operator: OperatorProcess, namespace: str, directory: Path
 ) -> Iterator[OperatorProcess]:
-    """An operator running as a ServiceAccount bound to exactly the rules of batchmark.operator.rbac (the chart's
-    ClusterRole is written from them), in place of the session's admin one, which comes back afterwards."""
+    """An operator running as a ServiceAccount bound to exactly the rules of batchmark.operator.controller.rbac
+    (the chart's ClusterRole is written from them), in place of the session's admin one, which comes back
+    afterwards."""
     cluster = session_operator.cluster
     account, role = "batchmark-operator", f"batchmark-operator-{namespace}"
     manifests: list[dict[str, Any]] = [

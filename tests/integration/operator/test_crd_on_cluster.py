@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from batchmark.operator.api import BatchBenchmarkSpec
+from batchmark.operator.resource.api import BatchBenchmarkSpec
 from batchmark.runner.cli import build_parser
 from batchmark.runner.config.load import load_config
 from tests.cluster.fixtures import KubeCluster

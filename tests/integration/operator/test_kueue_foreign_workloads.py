@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from batchmark.operator.api import DEFAULT_IMAGE
-from batchmark.operator.kube import COMPONENT
+from batchmark.operator.controller.kube import COMPONENT
+from batchmark.operator.resource.api import DEFAULT_IMAGE
 from tests.cluster.controlplane import GPU_TOLERATION
 from tests.cluster.fixtures import KubeCluster, fresh_namespace
 from tests.cluster.kueue import Kueue, local_queue

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from batchmark.operator.children import RUNNER_CONTAINER
+from batchmark.operator.controller.children import RUNNER_CONTAINER
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 from tests.cluster import images
 from tests.cluster.fixtures import KubeCluster

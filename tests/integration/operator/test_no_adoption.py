@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from batchmark.operator.children import Owner
+from batchmark.operator.controller.children import Owner
 from tests.integration.operator.conftest import (
     OperatorProcess,
     benchmark,

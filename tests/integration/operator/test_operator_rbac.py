@@ -1,5 +1,5 @@
-"""The operator needs no more than the rules of batchmark.operator.rbac (the chart's ClusterRole is written from
-them): run it as a ServiceAccount bound to exactly those, and a benchmark still goes all the way.
+"""The operator needs no more than the rules of batchmark.operator.controller.rbac (the chart's ClusterRole is
+written from them): run it as a ServiceAccount bound to exactly those, and a benchmark still goes all the way.
 
 The operator watches every namespace, so its log also holds refusals that are no one's privileges: the API
 server answers 403 to anything created in a namespace that an earlier test is still deleting. Only a refusal by
@@ -17,7 +17,7 @@ import yaml
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from batchmark.operator.kube import api_client
+from batchmark.operator.controller.kube import api_client
 from tests.integration.operator.conftest import (
     OperatorProcess,
     example,

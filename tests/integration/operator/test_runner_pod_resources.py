@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from batchmark.operator.children import GPU_TOLERATION
+from batchmark.operator.controller.children import GPU_TOLERATION
 from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply
 from tests.polling import wait_for
 

@@ -11,7 +11,7 @@ from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from batchmark.runner.observe.statuswriter import StatusApi, StatusTarget, StatusWriter
-from batchmark.runner.results.summary import parse_summary
+from batchmark.runner.statusfields import parse_summary
 from tests.integration.operator.conftest import OperatorProcess, benchmark, example, kubectl_apply, wait_for_phase
 from tests.unit.runner.results.test_summary import sweep_report
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchmark.operator import fetch
+from batchmark.operator.client import fetch
 from batchmark.runner.cli import main
 from batchmark.runner.engines.engine_args import vllm_engine_arg_names
 from tests.integration.runner.harness import (

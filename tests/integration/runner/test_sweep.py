@@ -13,9 +13,10 @@ from batchmark.runner.config.run import RunConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.observe.pushgateway import results_registry
 from batchmark.runner.results.report import RunReport
-from batchmark.runner.results.summary import headline, run_summary, termination_message
+from batchmark.runner.results.summary import run_summary, termination_message
 from batchmark.runner.run.benchmark import BenchmarkRunner
 from batchmark.runner.run.events import RunObserver
+from batchmark.runner.statusfields import headline
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import CollectorRegistry
 
-from batchmark.operator.metrics import RESULT_LABELS, OperatorMetrics
+from batchmark.operator.controller.metrics import RESULT_LABELS, OperatorMetrics
 from batchmark.runner.observe.metrics import MetricsObserver
 from dashboards.build import CHART_DASHBOARDS, DASHBOARDS, render_all
 from dashboards.promql import queries, series_names, substitute

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from batchmark.operator.api import BatchBenchmarkSpec
-from batchmark.operator.children import Owner, job
+from batchmark.operator.controller.children import Owner, job
+from batchmark.operator.resource.api import BatchBenchmarkSpec
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
 

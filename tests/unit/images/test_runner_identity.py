@@ -9,8 +9,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from batchmark.operator import children
-from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults, RunnerIdentity
+from batchmark.operator.controller import children
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults, RunnerIdentity
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 
 ROOT = Path(__file__).resolve().parents[3]

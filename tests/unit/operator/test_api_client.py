@@ -6,9 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from batchmark.operator.dispatch import API_CONNECTIONS, REFRESH_WORKERS, WORKERS
-from batchmark.operator.kube import api_client
-from batchmark.operator.reconcile import CHILD_CREATORS
+from batchmark.operator.controller.kube import api_client
+from batchmark.operator.controller.workers import API_CONNECTIONS, CREATOR_THREADS, KOPF_THREADS, REFRESH_THREADS
 
 
 def write_kubeconfig(path: Path) -> Path:
@@ -29,7 +28,7 @@ def write_kubeconfig(path: Path) -> Path:
 
 
 def test_the_pool_holds_a_connection_for_every_thread_of_the_operator(tmp_path: Path) -> None:
-    assert API_CONNECTIONS >= WORKERS + REFRESH_WORKERS + CHILD_CREATORS
+    assert API_CONNECTIONS >= KOPF_THREADS + REFRESH_THREADS + CREATOR_THREADS
     client = api_client(str(write_kubeconfig(tmp_path / "kubeconfig")), API_CONNECTIONS)
     assert client.configuration.host == "https://127.0.0.1:6443"
     assert client.configuration.connection_pool_maxsize == API_CONNECTIONS

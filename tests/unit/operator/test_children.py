@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from batchmark.operator import children
-from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.controller import children
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner import contract
 
 OWNER = children.Owner("team", "qwen3", "0b3c9d2e-51aa-4c1f-9e0a-7d2f8c6b1a90")

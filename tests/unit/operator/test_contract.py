@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from batchmark.operator import children
-from batchmark.operator.api import BatchBenchmarkSpec, BatchBenchmarkStatus
+from batchmark.operator.controller import children
+from batchmark.operator.resource.api import BatchBenchmarkSpec, BatchBenchmarkStatus
 from batchmark.runner import contract
 from batchmark.runner.observe.statuswriter import StatusTarget
 

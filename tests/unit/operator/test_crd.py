@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from batchmark.operator.api import BatchBenchmarkSpec
-from batchmark.operator.crd import CRD_FILE, crd_yaml, custom_resource_definition
-from batchmark.operator.schema import Schema, SchemaError, structural_schema, walk
+from batchmark.operator.resource.api import BatchBenchmarkSpec
+from batchmark.operator.resource.crd import CRD_FILE, crd_yaml, custom_resource_definition
+from batchmark.operator.resource.schema import Schema, SchemaError, structural_schema, walk
 from batchmark.runner.cli import build_parser
 from batchmark.runner.config.load import load_config
 from batchmark.runner.config.run import RunConfig
@@ -148,7 +148,7 @@ def test_cli_config_file_and_custom_resource_give_the_same_run_config(
 
 
 def _manifest(args: argparse.Namespace, config: RunConfig) -> dict[str, Any]:
-    from batchmark.operator.manifest import manifest
+    from batchmark.operator.client.manifest import manifest
 
     document: dict[str, Any] = json.loads(json.dumps(manifest(config, args)))
     return document

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from batchmark.operator.service import DefaultsError, load_defaults
+from batchmark.operator.controller.service import DefaultsError, load_defaults
 from batchmark.runner.cli import main
 from batchmark.runner.contract import EXIT_USAGE
 

@@ -1,5 +1,5 @@
-"""What kopf's handlers hand on (batchmark.operator.dispatch), without a cluster: each event refreshes only the
-benchmark it concerns, one waiting refresh per benchmark, a finished Job first, API failures retried, the
+"""What kopf's handlers hand on (batchmark.operator.controller.dispatch), without a cluster: each event refreshes
+only the benchmark it concerns, one waiting refresh per benchmark, a finished Job first, API failures retried, the
 queue position poller spaced and bounded, every reconcile counted by outcome (the real API server:
 tests/integration/operator)."""
 
@@ -15,13 +15,14 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from batchmark.operator.dispatch import Dispatch, QueuePositionPoller, Refresher, timed
-from batchmark.operator.kube import Kube, api_client
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.reconcile import Reconciler
-from batchmark.operator.status import JobView, StatusUpdate
-from batchmark.operator.watched import JOBS_INDEX, PODS_INDEX, WORKLOADS_INDEX
-from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers
+from batchmark.operator.controller.dispatch import Dispatch, QueuePositionPoller, Refresher, RetryLater, timed
+from batchmark.operator.controller.handlers import retried_by_kopf
+from batchmark.operator.controller.kube import Kube, api_client
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.reconcile import Reconciler
+from batchmark.operator.controller.status import JobView, StatusUpdate
+from batchmark.operator.controller.watched import JOBS_INDEX, PODS_INDEX, WORKLOADS_INDEX
+from batchmark.operator.controller.workers import ROUTINE, URGENT, ControllerThreads, PriorityWorkers
 from tests.unit.operator.test_api_client import write_kubeconfig
 
 
@@ -36,9 +37,11 @@ def reconciles(metrics: OperatorMetrics, outcome: str) -> float:
 def test_every_reconcile_is_counted_by_outcome_and_an_api_failure_is_kopfs_to_retry() -> None:
     metrics = OperatorMetrics()
     timed(metrics, lambda: None)
-    with pytest.raises(kopf.TemporaryError, match="API server"):
+    with pytest.raises(kopf.TemporaryError, match="API server") as retried, retried_by_kopf():
         timed(metrics, lambda: (_ for _ in ()).throw(ApiException(status=429, reason="Too Many Requests")))
-    with pytest.raises(kopf.TemporaryError):
+    assert retried.value.delay == 2.0
+    assert isinstance(retried.value.__cause__, ApiException)
+    with pytest.raises(RetryLater):
         timed(metrics, lambda: (_ for _ in ()).throw(ConnectionResetError("dropped")))
     with pytest.raises(ValueError, match="a bug"):
         timed(metrics, lambda: (_ for _ in ()).throw(ValueError("a bug")))
@@ -136,7 +139,7 @@ def test_a_refresh_the_api_server_refused_is_tried_again_then_given_up() -> None
     refresher = Refresher(refresh, metrics, workers, attempts=3, retry_delay=0.01)
     try:
         asyncio.run(refresher.soon("ns", "flaky"))
-        with pytest.raises(kopf.TemporaryError):
+        with pytest.raises(RetryLater):
             asyncio.run(refresher.soon("ns", "down"))
     finally:
         workers.shutdown()
@@ -205,7 +208,7 @@ class RecordingReconciler(Reconciler):
     """The real Reconciler (its forgetting, its metrics), with its API calls recorded instead."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        super().__init__(Kube(api_client(str(kubeconfig))))
+        super().__init__(Kube(api_client(str(kubeconfig))), ControllerThreads(refresh_threads=1))
         self.refreshed: list[tuple[str, str]] = []
         self.ensured: list[str] = []
         self.cancelled: list[str] = []
@@ -239,12 +242,18 @@ def job(name: str, complete: bool = False) -> dict[str, Any]:
     return {"metadata": {"namespace": "ns", "name": name}, "status": {"conditions": conditions}}
 
 
-def routed(tmp_path: Path, events: Callable[[Dispatch], Any]) -> RecordingReconciler:
+# kopf's indices, by name, as its startup handler is handed them: none of the benchmarks' Jobs, pods, Workloads.
+NO_INDICES: dict[str, Any] = {JOBS_INDEX: {}, PODS_INDEX: {}, WORKLOADS_INDEX: {}}
+
+
+def routed(
+    tmp_path: Path, events: Callable[[Dispatch], Any], indices: Mapping[str, Any] = NO_INDICES
+) -> RecordingReconciler:
     reconciler = RecordingReconciler(write_kubeconfig(tmp_path / "kubeconfig"))
-    dispatch = Dispatch(reconciler, refresh_workers=1)
+    dispatch = Dispatch(reconciler, reconciler.threads)
 
     async def scenario() -> None:
-        dispatch.start()
+        dispatch.start(indices)
         try:
             await events(dispatch)
         finally:
@@ -270,15 +279,16 @@ def test_a_benchmarks_own_events_refresh_it_only_when_something_the_status_reads
 
 def test_a_childs_event_refreshes_its_benchmark(tmp_path: Path) -> None:
     labels = {"batchmark.dev/benchmark": "bench"}
+    # kopf's indices, bound once when the dispatch starts: the benchmark Job `bench` (uid job-1); Workloads of
+    # other Jobs are other teams'.
+    ours = JobView(name="bench", created="2026-01-01T00:00:00Z", uid="job-1")
+    indices = {JOBS_INDEX: {("ns", "bench"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}}
 
     async def events(dispatch: Dispatch) -> None:
         await dispatch.child_event("Job", "ADDED", "ns", "bench", labels, job("bench"))
         await dispatch.child_event("Job", "MODIFIED", "ns", "bench", labels, job("bench"))  # nothing changed
         await dispatch.child_event("Job", "MODIFIED", "ns", "bench", labels, job("bench", complete=True))
         await dispatch.child_event("Pod", "ADDED", "ns", "bench-x1", {}, {"metadata": {"name": "bench-x1"}})
-        # kopf's indices: the benchmark Job `bench` (uid job-1); Workloads of other Jobs are other teams'.
-        ours = JobView(name="bench", created="2026-01-01T00:00:00Z", uid="job-1")
-        dispatch.bind({JOBS_INDEX: {("ns", "bench"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}})
 
         def owned_by(name: str, uid: str) -> dict[str, Any]:
             return {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}]}
@@ -289,7 +299,7 @@ def test_a_childs_event_refreshes_its_benchmark(tmp_path: Path) -> None:
         for foreign in (owned_by("training", "job-9"), owned_by("bench", "job-9")):  # another team's, a namesake
             await dispatch.workload_event("ADDED", "ns", "job-other", foreign, {"metadata": foreign})
 
-    reconciler = routed(tmp_path, events)
+    reconciler = routed(tmp_path, events, indices)
     assert reconciler.refreshed == [("ns", "bench")] * 3
 
 
@@ -318,11 +328,11 @@ def test_a_finished_job_is_refreshed_before_routine_events(tmp_path: Path) -> No
         order.append(name)
 
     reconciler.refresh = refresh  # type: ignore[method-assign]
-    dispatch = Dispatch(reconciler, refresh_workers=1)
+    dispatch = Dispatch(reconciler, reconciler.threads)
     labels = {"batchmark.dev/benchmark": "done"}
 
     async def scenario() -> None:
-        dispatch.start()
+        dispatch.start(NO_INDICES)
         try:
             blocker = asyncio.ensure_future(dispatch.benchmark_event(None, "ns", "blocker", benchmark("blocker")))
             await wait_for(started.is_set)  # it holds the only refresh thread

@@ -8,11 +8,10 @@ from typing import Any, cast
 
 import yaml
 
-from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
-from batchmark.operator.children import Owner, job
-from batchmark.operator.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadView
-from batchmark.operator.status import JobView, Observation, build_status
-from batchmark.operator.watched import (
+from batchmark.operator.controller.children import Owner, job
+from batchmark.operator.controller.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadView
+from batchmark.operator.controller.status import JobView, Observation, build_status
+from batchmark.operator.controller.watched import (
     JOBS_INDEX,
     PODS_INDEX,
     WORKLOADS_INDEX,
@@ -20,6 +19,8 @@ from batchmark.operator.watched import (
     IndexedChildren,
     benchmark_job_of,
 )
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.resource.status import Phase, Reason
 
 SPEC: dict[str, Any] = {
     "backend": {"kind": "vllm_python_batch", "model": "Qwen/Qwen3-0.6B", "engine": "simulated"},
@@ -115,7 +116,7 @@ def conditions(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_a_suspended_queued_job_is_queued_with_kueues_message() -> None:
     view = WorkloadView.from_dict(workload([cond("QuotaReserved", "False", "Pending", QUOTA_MESSAGE)]))
     fields = queued({"phase": "Pending"}, job_view(suspended=True), view)
-    assert (fields["phase"], fields["reason"], fields["message"]) == ("Queued", "Pending", QUOTA_MESSAGE)
+    assert (fields["phase"], fields["reason"], fields["message"]) == (Phase.QUEUED, Reason.PENDING, QUOTA_MESSAGE)
     admitted = conditions(fields)["Admitted"]
     assert (admitted["status"], admitted["message"]) == ("False", QUOTA_MESSAGE)
     assert conditions(fields)["Preempted"]["status"] == "False"
@@ -123,7 +124,7 @@ def test_a_suspended_queued_job_is_queued_with_kueues_message() -> None:
 
 def test_before_kueue_made_the_workload_the_benchmark_is_queued() -> None:
     fields = queued({"phase": "Pending"}, job_view(suspended=True), None)
-    assert (fields["phase"], fields["reason"]) == ("Queued", "Pending")
+    assert (fields["phase"], fields["reason"]) == (Phase.QUEUED, Reason.PENDING)
 
 
 def test_an_admitted_job_leaves_the_queue() -> None:
@@ -136,7 +137,7 @@ def test_an_admitted_job_leaves_the_queue() -> None:
         )
     )
     fields = queued({"phase": "Queued"}, job_view(suspended=False), view)
-    assert fields["phase"] == "Scheduling"
+    assert fields["phase"] == Phase.SCHEDULING
     assert conditions(fields)["Admitted"]["status"] == "True"
 
 
@@ -152,7 +153,7 @@ def test_a_preemption_is_recorded_with_the_results_the_attempt_wrote() -> None:
     )
     running = {"phase": "Running", "attempts": 1}
     fields = queued(running, job_view(suspended=True), view)
-    assert fields["phase"] == "Queued"
+    assert fields["phase"] == Phase.QUEUED
     assert fields["reason"] == "Preempted"
     (record,) = fields["preemptions"]
     assert (record["attempt"], record["reason"]) == (1, "InClusterQueue")

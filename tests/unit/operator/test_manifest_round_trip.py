@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchmark.operator import children
-from batchmark.operator.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.controller import children
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner.cli import build_parser, main
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
 from batchmark.runner.config.load import load_config

@@ -8,8 +8,9 @@ import json
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.runner.results.summary import BenchmarkSummary, RunSummary, fit_summary, summary_json
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.runner.results.summary import fit_summary, summary_json
+from batchmark.runner.statusfields import BenchmarkSummary, RunSummary
 
 
 def series(metrics: OperatorMetrics, name: str) -> dict[frozenset[tuple[str, str]], float]:

@@ -13,11 +13,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import NewConnectionError
 
-from batchmark.operator.kube import Kube
-from batchmark.operator.kueue import WorkloadView
-from batchmark.operator.positions import QueuePosition, QueuePositions, positions_in
-from batchmark.operator.reconcile import Reconciler
-from batchmark.operator.status import JobView, Observation, PodView, build_status
+from batchmark.operator.controller.kube import Kube
+from batchmark.operator.controller.kueue import WorkloadView
+from batchmark.operator.controller.positions import QueuePosition, QueuePositions, positions_in
+from batchmark.operator.controller.reconcile import Reconciler
+from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
+from batchmark.operator.controller.workers import ControllerThreads
+from batchmark.operator.resource.status import Phase
 
 QUOTA_MESSAGE = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpus"
 
@@ -138,7 +140,7 @@ def test_without_the_visibility_api_benchmarks_wait_without_a_position_and_it_is
     fetch.answers[("team-a", "gpus")] = error
     positions.position("team-a", "bench-1", "gpus", "job-1")
     positions.position("team-a", "bench-2", "gpus", "job-2")
-    with caplog.at_level(logging.INFO, logger="batchmark.operator.positions"):
+    with caplog.at_level(logging.INFO, logger="batchmark.operator.controller.positions"):
         for _ in range(10):  # polls every few seconds for 20 s
             assert positions.poll() == []
             clock.now += 2
@@ -201,7 +203,7 @@ def admitted_condition(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def test_a_queued_benchmark_shows_its_position_in_the_status_and_the_messages() -> None:
     fields = status_with(QueuePosition("gpus", 2, 5), waiting_workload())
-    assert fields["phase"] == "Queued"
+    assert fields["phase"] == Phase.QUEUED
     assert fields["queue"] == {"name": "gpus", "position": 2, "clusterQueuePosition": 5}
     expected = f"position 2 in LocalQueue gpus, 5 in its ClusterQueue (0: next to be admitted); {QUOTA_MESSAGE}"
     assert fields["message"] == expected
@@ -211,7 +213,7 @@ def test_a_queued_benchmark_shows_its_position_in_the_status_and_the_messages() 
 
 def test_without_a_position_the_message_is_kueues_and_no_queue_is_shown() -> None:
     fields = status_with(None, waiting_workload())
-    assert fields["phase"] == "Queued"
+    assert fields["phase"] == Phase.QUEUED
     assert fields["queue"] is None  # a merge patch's null: nothing stored, or a stale one removed
     assert fields["message"] == QUOTA_MESSAGE
 
@@ -267,7 +269,7 @@ class QueuedChildren:
 
 def reconciler_with(fetch: FakeVisibility) -> tuple[Reconciler, FakeKube]:
     kube = FakeKube()
-    reconciler = Reconciler(kube)
+    reconciler = Reconciler(kube, ControllerThreads())
     reconciler.children = QueuedChildren()
     reconciler.positions = QueuePositions(fetch)
     return reconciler, kube
@@ -284,7 +286,7 @@ def test_the_operator_carries_on_without_the_visibility_api(caplog: pytest.LogCa
             reconciler.refresh("team-a", "sweep")
             reconciler.positions.poll()
     assert update is not None
-    assert update.phase == "Queued"
+    assert update.phase == Phase.QUEUED
     assert "queue" not in kube.status
     assert kube.status["message"] == QUOTA_MESSAGE
     assert len(fetch.calls) == 1

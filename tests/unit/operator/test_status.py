@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from batchmark.operator.status import JobView, Observation, PodView, build_status
+from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
+from batchmark.operator.resource.status import ConditionType, Phase, Reason
 
 T0 = "2026-01-01T00:00:00Z"
 
@@ -50,22 +51,22 @@ def conditions(update_fields: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_lifecycle_pending_scheduling_loading_running_succeeded() -> None:
-    assert build_status(observe(None, [])).phase == "Pending"
-    assert build_status(observe(job(active=1), [])).phase == "Scheduling"
+    assert build_status(observe(None, [])).phase == Phase.PENDING
+    assert build_status(observe(job(active=1), [])).phase == Phase.SCHEDULING
     loading = build_status(observe(job(active=1), [pod("Running", node="gpu-node-0")]))
-    assert loading.phase == "LoadingEngine"
+    assert loading.phase == Phase.LOADING_ENGINE
     assert conditions(loading.fields)["Scheduled"] == "True"
     assert conditions(loading.fields)["EngineLoaded"] == "False"
     running = build_status(
         observe(job(active=1), [pod("Running", node="gpu-node-0")], progress={"podName": "bb-1"}, phase="LoadingEngine")
     )
-    assert running.phase == "Running"
+    assert running.phase == Phase.RUNNING
     assert running.changed_phase
     assert conditions(running.fields)["EngineLoaded"] == "True"
     done = build_status(
         observe(job(succeeded=1, complete=True), [pod("Succeeded", node="gpu-node-0")], phase="Running")
     )
-    assert done.phase == "Succeeded"
+    assert done.phase == Phase.SUCCEEDED
     assert conditions(done.fields) == {
         "Scheduled": "True",
         "EngineLoaded": "True",
@@ -82,7 +83,7 @@ def test_unschedulable_carries_the_schedulers_message() -> None:
         conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
     )
     update = build_status(observe(job(active=1), [waiting]))
-    assert (update.phase, update.reason, update.message) == ("Scheduling", "Unschedulable", message)
+    assert (update.phase, update.reason, update.message) == (Phase.SCHEDULING, Reason.UNSCHEDULABLE, message)
     assert update.warning
     assert conditions(update.fields)["Scheduled"] == "False"
 
@@ -99,9 +100,9 @@ def test_an_image_the_node_cannot_get_waits_in_scheduling_with_a_warning(reason:
     waiting = pod("Pending", node="gpu-node-0", waiting={"reason": reason, "message": message})
     # On its node, its container not started: Scheduling before the pull fails too, never LoadingEngine.
     starting = build_status(observe(job(active=1), [pod("Pending", node="gpu-node-0")], phase="Scheduling"))
-    assert (starting.phase, starting.reason) == ("Scheduling", "Starting")
+    assert (starting.phase, starting.reason) == (Phase.SCHEDULING, Reason.STARTING)
     update = build_status(observe(job(active=1), [waiting], phase="Scheduling", reason="Starting"))
-    assert (update.phase, update.reason, update.message) == ("Scheduling", reason, message)
+    assert (update.phase, update.reason, update.message) == (Phase.SCHEDULING, reason, message)
     assert update.warning
     assert conditions(update.fields) == {
         "Scheduled": "True",
@@ -132,7 +133,7 @@ def test_an_image_the_node_cannot_get_waits_in_scheduling_with_a_warning(reason:
 def test_failures_name_their_reason(terminated: dict[str, Any] | None, job_reason: str, reason: str) -> None:
     pods = [pod("Failed", node="gpu-node-0", terminated=terminated)] if terminated else []
     update = build_status(observe(job(failed=1, failed_reason=job_reason), pods, phase="Running"))
-    assert (update.phase, update.reason) == ("Failed", reason)
+    assert (update.phase, update.reason) == (Phase.FAILED, reason)
     assert conditions(update.fields)["Failed"] == "True"
     if reason == "EngineError":
         assert "CUDA OOM" in update.message
@@ -142,10 +143,10 @@ def test_a_retry_keeps_the_phase_and_counts_attempts() -> None:
     """Phases never go back: a retry's pod waiting for a node is said in the reason, not by Scheduling again."""
     first = pod("Failed", node="gpu-node-0", name="bb-a", created="2026-01-01T00:00:00Z", terminated={"exitCode": 137})
     between = build_status(observe(job(failed=1), [first], phase="Running", attempts=1))
-    assert (between.phase, between.reason) == ("Running", "Retrying")
+    assert (between.phase, between.reason) == (Phase.RUNNING, Reason.RETRYING)
     second = pod("Pending", name="bb-b", created="2026-01-01T00:00:05Z")
     update = build_status(observe(job(active=1, failed=1), [first, second], phase="Running", attempts=1))
-    assert (update.phase, update.reason) == ("Running", "Retrying")
+    assert (update.phase, update.reason) == (Phase.RUNNING, Reason.RETRYING)
     assert "waiting for a node" in update.message
     assert update.fields["attempts"] == 2
     assert update.fields["podName"] == "bb-b"
@@ -155,7 +156,7 @@ def test_a_finished_pod_is_no_reason_to_go_back_to_scheduling() -> None:
     """The sweep example showed Running, then Scheduling between its pod's end and the Job's completion."""
     done = pod("Succeeded", node="gpu-node-0", terminated={"exitCode": 0})
     update = build_status(observe(job(succeeded=1), [done], phase="Running"))
-    assert update.phase == "Running"
+    assert update.phase == Phase.RUNNING
     assert not update.changed_phase
 
 
@@ -163,20 +164,20 @@ def test_cancel_waits_for_the_pod_then_is_cancelled() -> None:
     alive = build_status(observe(job(active=1, suspend=True), [pod("Running", node="n")], cancel=True, phase="Running"))
     assert alive.reason == "Cancelling"
     gone = build_status(observe(job(suspend=True), [], cancel=True, phase="Running"))
-    assert gone.phase == "Cancelled"
-    assert build_status(observe(None, [], cancel=True)).phase == "Cancelled"
+    assert gone.phase == Phase.CANCELLED
+    assert build_status(observe(None, [], cancel=True)).phase == Phase.CANCELLED
 
 
 def test_finished_phases_never_change() -> None:
     update = build_status(observe(job(active=1), [pod()], phase="Succeeded", reason="Completed", message="done"))
-    assert update.phase == "Succeeded"
+    assert update.phase == Phase.SUCCEEDED
     assert not update.changed_phase
 
 
 def test_invalid_config_fails_before_any_job() -> None:
     observation = Observation(generation=1, cancel=False, status={}, job=None, invalid="spec.backend: bad")
     update = build_status(observation)
-    assert (update.phase, update.reason, update.message) == ("Failed", "InvalidConfig", "spec.backend: bad")
+    assert (update.phase, update.reason, update.message) == (Phase.FAILED, Reason.INVALID_CONFIG, "spec.backend: bad")
 
 
 def test_condition_times_stay_while_their_status_stays() -> None:
@@ -198,7 +199,7 @@ def test_an_engine_error_reads_the_runners_stop_reason_not_its_summary_json() ->
         "Failed", node="gpu-node-0", terminated={"exitCode": 1, "reason": "Error", "message": json.dumps(summary)}
     )
     update = build_status(observe(job(failed=1, failed_reason="BackoffLimitExceeded"), [failed], phase="Running"))
-    assert (update.phase, update.reason) == ("Failed", "EngineError")
+    assert (update.phase, update.reason) == (Phase.FAILED, Reason.ENGINE_ERROR)
     assert update.message == "the engine failed: CUDA out of memory (the results of 1 benchmark(s) are kept)"
     # A run that failed before any benchmark: the run's own stop reason alone.
     summary |= {"results": [], "stopReason": "the engine failed to load: no GPU"}
@@ -207,3 +208,37 @@ def test_an_engine_error_reads_the_runners_stop_reason_not_its_summary_json() ->
     )
     update = build_status(observe(job(failed=1, failed_reason="BackoffLimitExceeded"), [failed], phase="Running"))
     assert update.message == "the engine failed to load: no GPU"
+
+
+def test_the_words_of_the_status_keep_their_values() -> None:
+    """The tests above compare with the enums; what kubectl, the chart's alerts and people's scripts read is
+    their values, which stay as they are."""
+    assert [str(phase) for phase in Phase] == [
+        "Pending",
+        "Queued",
+        "Scheduling",
+        "LoadingEngine",
+        "Running",
+        "Succeeded",
+        "Failed",
+        "Cancelled",
+    ]
+    assert [str(kind) for kind in ConditionType] == [
+        "Scheduled",
+        "EngineLoaded",
+        "Complete",
+        "Failed",
+        "Admitted",
+        "Preempted",
+    ]
+    assert {str(reason) for reason in Reason} >= {
+        "Created",
+        "Retrying",
+        "Unschedulable",
+        "InvalidConfig",
+        "KueueNotInstalled",
+        "LocalQueueNotFound",
+        "EngineError",
+        "OOMKilled",
+        "DeadlineExceeded",
+    }

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers, retried
+from batchmark.operator.controller.workers import ROUTINE, URGENT, PriorityWorkers, retried
 
 
 def test_urgent_calls_overtake_routine_ones_queued_before_them() -> None:

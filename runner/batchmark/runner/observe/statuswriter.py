@@ -51,16 +51,10 @@ from batchmark.runner.contract import (
 )
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.results.report import RunReport
-from batchmark.runner.results.summary import (
-    EngineStatus,
-    ProgressStatus,
-    engine_status,
-    headline,
-    run_summary,
-    termination_message,
-)
+from batchmark.runner.results.summary import engine_status, run_summary, termination_message
 from batchmark.runner.run.events import Progress, RunObserver
 from batchmark.runner.run.profiles import Strategy
+from batchmark.runner.statusfields import EngineStatus, ProgressStatus, headline
 
 log = logging.getLogger(__name__)
 

@@ -9,16 +9,13 @@ from batchmark.runner.engines.base import Completion, EngineTimings
 from batchmark.runner.results.report import RunReport
 from batchmark.runner.results.summary import (
     TERMINATION_MESSAGE_LIMIT,
-    BenchmarkSummary,
-    RunSummary,
     fit_summary,
-    headline,
-    parse_summary,
     run_summary,
     summary_json,
     termination_message,
 )
 from batchmark.runner.run.events import BatchEvent
+from batchmark.runner.statusfields import BenchmarkSummary, RunSummary, headline, parse_summary
 from tests.unit.observability_data import benchmark, report
 
 

@@ -1,32 +1,26 @@
-"""``batchmark operator``: kopf, standalone, with its liveness endpoint and the operator's own /metrics."""
+"""The ``batchmark operator`` process: kopf, standalone, with its liveness endpoint and the operator's own /metrics."""
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import ctypes.util
-import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import kopf
 from prometheus_client import start_http_server
 from pydantic import ValidationError
-from rich.console import Console
 
-from batchmark.operator.api import OperatorDefaults
-from batchmark.operator.dispatch import API_CONNECTIONS
-from batchmark.operator.handlers import build_registry, operator_memo
-from batchmark.operator.kube import Kube, api_client
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.reconcile import Reconciler
+from batchmark.operator.controller import handlers
+from batchmark.operator.controller.dispatch import Dispatch
+from batchmark.operator.controller.kube import Kube, api_client
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.reconcile import Reconciler
+from batchmark.operator.controller.workers import API_CONNECTIONS, ControllerThreads
+from batchmark.operator.resource.api import OperatorDefaults
 from batchmark.runner.config.safeload import UnusableFile, read_document
-from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.observe.console import print_error
 
-log = logging.getLogger(__name__)
 _M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 MALLOC_ARENAS = 2
 
@@ -93,42 +87,16 @@ def run_operator(
     metrics = OperatorMetrics()
     server, _ = start_http_server(options.metrics_port, options.metrics_address, registry=metrics.registry)
     try:
-        reconciler = Reconciler(Kube(api_client(options.kubeconfig, API_CONNECTIONS)), options.defaults, metrics)
-        kopf.run(
-            registry=build_registry(),
-            memo=operator_memo(reconciler),
-            standalone=True,
-            clusterwide=not options.namespaces,
-            namespaces=list(options.namespaces),
-            liveness_endpoint=f"http://{options.health_address}:{options.health_port}/healthz",
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
+        threads = ControllerThreads()
+        kube = Kube(api_client(options.kubeconfig, API_CONNECTIONS))
+        reconciler = Reconciler(kube, threads, options.defaults, metrics)
+        handlers.run(
+            Dispatch(reconciler, threads),
+            options.namespaces,
+            f"http://{options.health_address}:{options.health_port}/healthz",
+            stop_flag,
+            ready_flag,
         )
     finally:
         server.shutdown()
         server.server_close()
-
-
-def operator_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # kopf logs every handler's success per object at INFO: with hundreds of benchmarks that is most of the log.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    try:
-        defaults = load_defaults(args.defaults)
-    except DefaultsError as error:  # refused before anything starts, as argparse refuses: one line on stderr
-        print_error(Console(stderr=True), "operator", str(error))
-        return EXIT_USAGE
-    options = OperatorOptions(
-        namespaces=args.namespace or (),
-        metrics_address=args.metrics_address,
-        metrics_port=args.metrics_port,
-        health_address=args.health_address,
-        health_port=args.health_port,
-        defaults=defaults,
-    )
-    try:
-        run_operator(options)
-    except OSError as error:  # a port in use
-        log.error("cannot serve: %s", error)
-        return EXIT_USAGE
-    return 0

@@ -23,9 +23,9 @@ from kubernetes.config.config_exception import ConfigException
 from pydantic import ValidationError
 from rich.console import Console
 
-from batchmark.operator.api import FINISHED_PHASES
-from batchmark.operator.kube import Kube
-from batchmark.operator.names import dns_label, dns_subdomain
+from batchmark.operator.client.names import dns_label, dns_subdomain
+from batchmark.operator.controller.kube import Kube
+from batchmark.operator.resource.status import FINISHED_PHASES
 from batchmark.runner.config.load import UsageError
 from batchmark.runner.config.output_paths import output_problem
 from batchmark.runner.config.run import OUTPUT_EXTENSIONS

@@ -3,7 +3,7 @@
 The benchmark part of the spec is the runner's own config models (backend, data, profile, constraints,
 sampleRequests), so the CLI, a config file and the CRD never drift; the rest says how to run it on Kubernetes.
 Field names are camelCase, as Kubernetes writes them. The CRD's schema is generated from these models
-(batchmark.operator.crd).
+(batchmark.operator.resource.crd).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from batchmark.operator.resource.status import Phase
 from batchmark.runner import __version__, contract
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, MAX_LINGER_SECONDS
 from batchmark.runner.config.backend import BackendConfig
@@ -23,7 +24,7 @@ from batchmark.runner.config.data import DataConfig
 from batchmark.runner.config.profiles import ProfileConfig
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.config.sweep import SweepConfig
-from batchmark.runner.results.summary import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
+from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
 # The resource's identity is part of the operator–runner contract; named here for the operator's modules.
 GROUP = contract.GROUP
@@ -39,18 +40,6 @@ DEFAULT_IMAGE = f"ghcr.io/batchmark/batchmark-runner:{__version__}"
 DEFAULT_METRICS_PORT = 8000
 GPU_RESOURCE = "nvidia.com/gpu"
 
-Phase = Literal["Pending", "Queued", "Scheduling", "LoadingEngine", "Running", "Succeeded", "Failed", "Cancelled"]
-PHASES: tuple[Phase, ...] = (
-    "Pending",
-    "Queued",
-    "Scheduling",
-    "LoadingEngine",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Cancelled",
-)
-FINISHED_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 # A quantity as Kubernetes writes it: 2, "500m", "2Gi".
 Quantity = int | str
@@ -324,6 +313,8 @@ class QueueStatus(ApiModel):
     )
 
 
+# The docstring is the CRD's description of the status: it names the decision's module as it was before the
+# package had rooms (now controller.status), so that the CRD stays byte for byte.
 class BatchBenchmarkStatus(ApiModel):
     """Where the benchmark is, and its results. Each field has one writer (see batchmark.operator.status)."""
 

@@ -15,9 +15,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from batchmark.operator import kueue, positions
-from batchmark.operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from batchmark.operator.status import controller_uid
+from batchmark.operator.controller import kueue, positions
+from batchmark.operator.controller.status import controller_uid
+from batchmark.operator.resource.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 COMPONENT = "batchmark-operator"
 MERGE_PATCH = "application/merge-patch+json"
@@ -143,7 +143,7 @@ class Kube:
         Names are deterministic, so a 409 means "done" only when the object found is this benchmark's: a Job
         (named as its benchmark) may still be the previous one's, deleted a moment ago and not yet removed by
         the garbage collector; then ForeignChild, and the caller tries again later. The other children's names
-        carry the benchmark's uid (batchmark.operator.children), so theirs cannot be another benchmark's, and
+        carry the benchmark's uid (batchmark.operator.controller.children), so theirs cannot be another benchmark's, and
         the operator needs no right to read them.
         """
         namespace = manifest["metadata"]["namespace"]

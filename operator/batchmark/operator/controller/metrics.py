@@ -9,7 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from batchmark.operator.api import PHASES
+from batchmark.operator.resource.status import Phase
 
 # One series per benchmark of a resource's status.results, told apart by its batch size, the other swept values
 # ("field=value,..."; empty without a sweep) and, with repeats, which repeat it is ("" without): as many series
@@ -86,7 +86,7 @@ class OperatorMetrics:
         self._phases: dict[tuple[str, str], str] = {}
         self._failures: dict[tuple[str, str], str] = {}
         self._series: dict[tuple[str, str], list[tuple[str, ...]]] = {}
-        for phase in PHASES:
+        for phase in Phase:
             self.benchmarks.labels(phase).set(0)
         # Every outcome's series exists from the start (at 0), so an error rate reads 0 rather than "no data"
         # before the first error, and rate() sees the first error as an increase.
@@ -108,7 +108,7 @@ class OperatorMetrics:
             else:
                 self._phases[(namespace, name)] = phase
                 self.phase.labels(namespace, name, phase).set(1)
-            counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+            counts: dict[str, int] = dict.fromkeys(map(str, Phase), 0)
             for current in self._phases.values():
                 counts[current] = counts.get(current, 0) + 1
             for each, count in counts.items():

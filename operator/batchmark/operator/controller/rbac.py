@@ -8,7 +8,7 @@ Why each:
 - jobs: create the benchmark's Job, watch it, patch ``spec.suspend`` to cancel.
 - pods: watch the Job's pods for the phase (scheduling, termination messages).
 - configmaps, serviceaccounts, roles, rolebindings: create only, the benchmark's children (never read nor
-  change one: a name taken is recognised by the uid in it, batchmark.operator.children). The runner's Role
+  change one: a name taken is recognised by the uid in it, batchmark.operator.controller.children). The runner's Role
   grants get/patch on its one benchmark's status and create on configmaps, both held here, so the operator
   needs neither ``escalate`` nor ``bind``, and cannot create a Role granting what it does not hold (reading
   or changing a ConfigMap, Secrets, ...). Kubernetes cannot narrow ``create`` to names, and ``list``/``watch``

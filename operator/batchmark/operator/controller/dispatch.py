@@ -1,25 +1,25 @@
 """Which events refresh which benchmark, how urgently, on which thread: the logic behind kopf's handlers.
 
 handlers.py holds kopf's decorators and hands every call to a ``Dispatch`` found in kopf's operator memo; what
-it decides is here, in plain classes that the unit tests drive directly:
+it decides is here, in plain classes that the unit tests drive directly, without kopf:
 
-- ``timed``: every reconcile is counted and timed by outcome; an API server that failed becomes kopf's
-  ``TemporaryError``, so kopf tries the handler again.
-- ``Refresher``: the benchmarks' Jobs, pods and Workloads are kept in kopf's indices (batchmark.operator.watched)
+- ``timed``: every reconcile is counted and timed by outcome; an API server that failed becomes ``RetryLater``,
+  which handlers.py hands to kopf as its ``TemporaryError``, so kopf tries the handler again.
+- ``Refresher``: the benchmarks' Jobs, pods and Workloads are kept in kopf's indices (``watched``)
   and their events are handled in kopf's event loop, so an event that changes nothing the status reads costs no
   thread, and a refresh is handed to a worker thread only when none is already waiting for that benchmark (the
   waiting one reads the state after this event too). With hundreds of benchmarks, every runner's progress patch
   and every pod update is an event: queued one thread-pool job each, they delayed the ones that matter.
-  Refreshes have threads of their own, apart from kopf's, which run the create handlers: when hundreds of
-  benchmarks are applied at once, their creations (a dozen calls each) would otherwise hold every thread. A
-  refresh after a Job finished goes before the routine ones (batchmark.operator.workers): a benchmark that
-  finished is marked so without waiting for every pod and runner update queued before it.
+  Refreshes have threads of their own (``workers``), apart from kopf's, which run the create handlers: when
+  hundreds of benchmarks are applied at once, their creations (a dozen calls each) would otherwise hold every
+  thread. A refresh after a Job finished goes before the routine ones: a benchmark that finished is marked so
+  without waiting for every pod and runner update queued before it.
 - ``QueuePositionPoller``: queue positions change with no event on a benchmark (another one was admitted): one
-  task polls them (batchmark.operator.positions) and refreshes only the benchmarks whose position moved, at a
-  bounded rate.
+  task polls them (``positions``) and refreshes only the benchmarks whose position moved, at a bounded rate.
 - ``SeenSignatures``: what the status last read of each object, so that events that change none of it cost
   nothing.
-- ``Dispatch``: the routing of each kind of event to the above and to the Reconciler.
+- ``Dispatch``: the routing of each kind of event to the above and to the Reconciler; it points the Reconciler
+  at kopf's indices once, when kopf starts it.
 """
 
 from __future__ import annotations
@@ -31,24 +31,25 @@ import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Protocol
 
-import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from batchmark.operator import kueue
-from batchmark.operator.kube import ForeignChild
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.positions import QueuePositions
-from batchmark.operator.reconcile import CHILD_CREATORS
-from batchmark.operator.status import JobView, benchmark_signature, child_signature
-from batchmark.operator.watched import BENCHMARK_LABEL, ApiChildren, Children, IndexedChildren, benchmark_job_of
-from batchmark.operator.workers import ROUTINE, URGENT, PriorityWorkers, retried
+from batchmark.operator.controller import kueue
+from batchmark.operator.controller.kube import ForeignChild
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.positions import QueuePositions
+from batchmark.operator.controller.status import JobView, benchmark_signature, child_signature
+from batchmark.operator.controller.watched import (
+    BENCHMARK_LABEL,
+    ApiChildren,
+    Children,
+    IndexedChildren,
+    benchmark_job_of,
+)
+from batchmark.operator.controller.workers import ROUTINE, URGENT, ControllerThreads, PriorityWorkers, retried
 
 RETRY_DELAY_SECONDS = 2.0
 REFRESH_ATTEMPTS = 5  # a refresh the API server fails is tried again, 2, 4, 6 and 8 s later
-WORKERS = 48  # threads for the synchronous handlers (kopf's executor): creation, cancel
-REFRESH_WORKERS = 8  # threads for refreshes after an event
-API_CONNECTIONS = WORKERS + REFRESH_WORKERS + CHILD_CREATORS  # one pooled connection to the API server per thread
 # How often the positions of Queued benchmarks are read at most: one call per LocalQueue each time.
 QUEUE_POSITION_SECONDS = 5.0
 # Each benchmark whose position moved costs a refresh (a GET and a status patch), and when the head of a long
@@ -61,6 +62,14 @@ POSITION_REFRESHES_AT_ONCE = 2
 log = logging.getLogger(__name__)
 
 
+class RetryLater(Exception):
+    """The API server failed a reconcile: the handler is to be tried again ``delay`` seconds later."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
 def timed(metrics: OperatorMetrics, action: Callable[[], Any]) -> None:
     """Run one reconcile, counted and timed by its outcome; an API server that failed is kopf's to retry."""
     started = time.perf_counter()
@@ -69,7 +78,7 @@ def timed(metrics: OperatorMetrics, action: Callable[[], Any]) -> None:
         action()
     except (ApiException, HTTPError, OSError, ForeignChild) as error:
         outcome = "retry"
-        raise kopf.TemporaryError(f"API server: {error}", delay=RETRY_DELAY_SECONDS) from error
+        raise RetryLater(f"API server: {error}", delay=RETRY_DELAY_SECONDS) from error
     except Exception:
         outcome = "error"
         raise
@@ -78,7 +87,7 @@ def timed(metrics: OperatorMetrics, action: Callable[[], Any]) -> None:
 
 
 class Reconciles(Protocol):
-    """What the dispatch asks of the Reconciler (batchmark.operator.reconcile)."""
+    """What the dispatch asks of the Reconciler (batchmark.operator.controller.reconcile)."""
 
     metrics: OperatorMetrics
     positions: QueuePositions
@@ -158,7 +167,7 @@ class Refresher:
                 lambda: asyncio.wrap_future(self.workers.submit(priority, run)),
                 self._attempts,
                 self._retry_delay,
-                kopf.TemporaryError,
+                RetryLater,
             )
         finally:
             if self._waiting.get(key) == priority:
@@ -219,12 +228,12 @@ def finished(job: Mapping[str, Any]) -> bool:
 
 
 class Dispatch:
-    """The operator's shared state in kopf's memo: the Reconciler, the refresh threads, the position poller."""
+    """The operator's shared state in kopf's memo: the Reconciler, its threads, the position poller."""
 
-    def __init__(self, reconciler: Reconciles, refresh_workers: int = REFRESH_WORKERS) -> None:
+    def __init__(self, reconciler: Reconciles, threads: ControllerThreads) -> None:
         self.reconciler = reconciler
+        self.threads = threads
         self.seen = SeenSignatures()
-        self._refresh_workers = refresh_workers
         self._refresher: Refresher | None = None
         self._poller: asyncio.Task[None] | None = None
 
@@ -234,24 +243,22 @@ class Dispatch:
             raise RuntimeError("the dispatch has not started (kopf's startup handler starts it)")
         return self._refresher
 
-    def start(self) -> None:
-        """Start the refresh threads and, in the running event loop, the queue position poller."""
-        workers = PriorityWorkers(self._refresh_workers, "refresh")
-        self._refresher = Refresher(self.reconciler.refresh, self.reconciler.metrics, workers)
-        poller = QueuePositionPoller(self.reconciler.positions.poll, workers, self.refresher.soon)
+    def start(self, indices: Mapping[str, Any]) -> None:
+        """Point the reconciler at kopf's indices (``indices``: kopf's, by name; kopf makes them before its
+        startup handlers run and keeps the same ones to the end), start the refresh threads and, in the running
+        event loop, the queue position poller."""
+        self.reconciler.children = IndexedChildren(indices, self.reconciler.api_children)
+        self.threads.start()
+        self._refresher = Refresher(self.reconciler.refresh, self.reconciler.metrics, self.threads.refreshes)
+        poller = QueuePositionPoller(self.reconciler.positions.poll, self.threads.refreshes, self.refresher.soon)
         self._poller = asyncio.get_running_loop().create_task(poller.run())
 
     async def stop(self) -> None:
-        if self._refresher is not None:
-            self._refresher.workers.shutdown()
+        self.threads.stop()
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
             self._poller = None
-
-    def bind(self, indices: Mapping[str, Any]) -> None:
-        """Point the reconciler at kopf's indices (every handler is handed them)."""
-        self.reconciler.children = IndexedChildren(indices, self.reconciler.api_children)
 
     def ensure(self, body: Mapping[str, Any]) -> None:
         timed(self.reconciler.metrics, lambda: self.reconciler.ensure(body))

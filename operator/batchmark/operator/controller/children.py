@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from batchmark.operator import kueue
-from batchmark.operator.api import (
+from batchmark.operator.controller import kueue
+from batchmark.operator.resource.api import (
     API_VERSION,
     DEFAULT_IMAGE,
     GPU_RESOURCE,

@@ -41,7 +41,7 @@ class QueuePosition:
     cluster_queue_position: int  # in the LocalQueue's ClusterQueue, among the Workloads of all its LocalQueues
 
     def status(self) -> dict[str, Any]:
-        """``status.queue`` (batchmark.operator.api.QueueStatus)."""
+        """``status.queue`` (batchmark.operator.resource.api.QueueStatus)."""
         return {
             "name": self.local_queue,
             "position": self.position,

@@ -4,7 +4,7 @@ before it is created, and what Kueue's Workload for the Job says, read into the 
 Kueue manages a Job created suspended with the queue-name label: it creates a Workload owned by the Job
 (labelled with the Job's uid), admits it against its ClusterQueue's quota by unsuspending the Job, and when it
 preempts it, suspends the Job again (its pod gets SIGTERM) and requeues the Workload. The calls to Kueue's
-API are in batchmark.operator.kube (KueueApi); everything here is pure.
+API are in batchmark.operator.controller.kube (KueueApi); everything here is pure.
 """
 
 from __future__ import annotations

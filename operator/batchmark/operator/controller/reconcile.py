@@ -8,54 +8,57 @@
   queued through Kueue: deactivate its Workload instead, and Kueue suspends the Job).
 
 A benchmark with ``spec.queueName`` is refused where Kueue is not installed or its LocalQueue does not exist;
-otherwise its Job is created suspended for Kueue to admit (batchmark.operator.kueue), and Kueue's Workload
-is read into the status with the Job, and, while it waits, its position in the queue (batchmark.operator.positions:
-polled, not read per refresh).
+otherwise its Job is created suspended for Kueue to admit (``kueue``), and Kueue's Workload is read into the
+status with the Job, and, while it waits, its position in the queue (``positions``: polled, not read per refresh).
 - ``forget``: the resource is deleted (its children go by owner reference); drop its metrics.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from batchmark.operator import children, kueue
-from batchmark.operator.api import FINISHED_PHASES, BatchBenchmarkSpec, OperatorDefaults
-from batchmark.operator.kube import Kube, KueueApi
-from batchmark.operator.kueue import WorkloadView
-from batchmark.operator.metrics import OperatorMetrics
-from batchmark.operator.positions import QueuePosition, QueuePositions
-from batchmark.operator.status import JobView, Observation, PodView, StatusUpdate, build_status
-from batchmark.operator.watched import ApiChildren, Children
+from batchmark.operator.controller import children, kueue
+from batchmark.operator.controller.kube import Kube, KueueApi
+from batchmark.operator.controller.kueue import WorkloadView
+from batchmark.operator.controller.metrics import OperatorMetrics
+from batchmark.operator.controller.positions import QueuePosition, QueuePositions
+from batchmark.operator.controller.status import JobView, Observation, PodView, StatusUpdate, build_status
+from batchmark.operator.controller.watched import ApiChildren, Children
+from batchmark.operator.controller.workers import ControllerThreads
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.resource.status import FINISHED_PHASES, Phase, Reason
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
-from batchmark.runner.results.summary import headline, parse_summary
+from batchmark.runner.statusfields import headline, parse_summary
 
 log = logging.getLogger(__name__)
 
-CHILD_CREATORS = 32  # threads that make the calls of the benchmarks being set up, for all of them
-
 # The event recorded when the phase becomes this one: (type, reason).
-_TRANSITION_EVENTS: dict[str, list[tuple[str, str]]] = {
-    "Queued": [("Normal", "Queued")],
-    "LoadingEngine": [("Normal", "Scheduled")],
-    "Running": [("Normal", "EngineLoaded"), ("Normal", "Running")],
-    "Succeeded": [("Normal", "Completed")],
-    "Failed": [("Warning", "Failed")],
-    "Cancelled": [("Normal", "Cancelled")],
+_TRANSITION_EVENTS: dict[Phase, list[tuple[str, Reason]]] = {
+    Phase.QUEUED: [("Normal", Reason.QUEUED)],
+    Phase.LOADING_ENGINE: [("Normal", Reason.SCHEDULED)],
+    Phase.RUNNING: [("Normal", Reason.ENGINE_LOADED), ("Normal", Reason.RUNNING)],
+    Phase.SUCCEEDED: [("Normal", Reason.COMPLETED)],
+    Phase.FAILED: [("Warning", Reason.FAILED)],
+    Phase.CANCELLED: [("Normal", Reason.CANCELLED)],
 }
 
 
 class Reconciler:
-    """The operator's state: its API access, its defaults, its metrics, a lock per resource."""
+    """The operator's state: its API access, its defaults, its metrics; the threads and locks it is handed."""
 
-    def __init__(self, kube: Kube, defaults: OperatorDefaults | None = None, metrics: OperatorMetrics | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        threads: ControllerThreads,
+        defaults: OperatorDefaults | None = None,
+        metrics: OperatorMetrics | None = None,
+    ):
         self.kube = kube
+        self.threads = threads
         self.kueue = KueueApi(kube.api)
         # Where the Job, pods and Workload are read: kopf's indices once the handlers bind them (dispatch.py).
         self.api_children = ApiChildren(kube, self.kueue)
@@ -63,17 +66,6 @@ class Reconciler:
         self.positions = QueuePositions(self.kueue.pending_workloads)
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
-        self._locks: dict[tuple[str, str], threading.RLock] = {}
-        self._locks_guard = threading.Lock()
-        self._creators = ThreadPoolExecutor(CHILD_CREATORS, thread_name_prefix="create")
-
-    @contextmanager
-    def _locked(self, namespace: str, name: str) -> Iterator[None]:
-        """Job, pod and resource events arrive on different threads; one resource is handled by one at a time."""
-        with self._locks_guard:
-            lock = self._locks.setdefault((namespace, name), threading.RLock())
-        with lock:
-            yield
 
     def ensure(self, body: Mapping[str, Any]) -> None:
         metadata = body["metadata"]
@@ -101,7 +93,9 @@ class Reconciler:
         # one else writes the status of a benchmark without a Job) and the children that need nothing; then the
         # RoleBinding, which needs its Role (the operator holds no `bind` permission, so the API server checks
         # the Role's rules), and the Job, whose pods need their ServiceAccount; then the status that says so.
-        pending = self._creators.submit(self.refresh, namespace, name, body=body) if not status.get("phase") else None
+        pending = (
+            self.threads.aside(lambda: self.refresh(namespace, name, body=body)) if not status.get("phase") else None
+        )
         self._create_at_once(
             children.config_map(owner, config),
             children.service_account(owner),
@@ -111,14 +105,14 @@ class Reconciler:
             pending.result()  # Pending is written before the Job's status can be
         # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
         # phases are written in the order they happened (Scheduling before LoadingEngine).
-        with self._locked(namespace, name):
+        with self.threads.locks.held(namespace, name):
             _, created = self._create_at_once(children.role_binding(owner), job)
             # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
             self.refresh(namespace, name, created_job=job if created else None)
 
     def _create_at_once(self, *manifests: Mapping[str, Any]) -> list[bool]:
         """Create the objects concurrently; for each, whether this call created it (False: it existed)."""
-        return list(self._creators.map(self.kube.create, manifests))
+        return self.threads.at_once(self.kube.create, manifests)
 
     def _workload_priority_class(self, spec: BatchBenchmarkSpec, namespace: str) -> str | None:
         """For a queued benchmark: check Kueue and the LocalQueue are there, and return the
@@ -127,13 +121,13 @@ class Reconciler:
             return None
         if not self.kueue.installed():
             raise QueueRefused(
-                "KueueNotInstalled",
+                Reason.KUEUE_NOT_INSTALLED,
                 f"spec.queueName is {spec.queue_name!r} but Kueue is not installed in this cluster (no"
                 f" {kueue.KUEUE_GROUP}/{kueue.KUEUE_VERSION} API); install Kueue or remove queueName",
             )
         if not self.kueue.local_queue_exists(namespace, spec.queue_name):
             raise QueueRefused(
-                "LocalQueueNotFound",
+                Reason.LOCAL_QUEUE_NOT_FOUND,
                 f"spec.queueName: LocalQueue {spec.queue_name!r} does not exist in namespace {namespace!r};"
                 " create it (see examples/kueue/queues.yaml) or name an existing one",
             )
@@ -147,13 +141,13 @@ class Reconciler:
         invalid: str | None = None,
         extra: Mapping[str, Any] | None = None,
         created_job: Mapping[str, Any] | None = None,
-        invalid_reason: str = "InvalidConfig",
+        invalid_reason: Reason = Reason.INVALID_CONFIG,
         body: Mapping[str, Any] | None = None,
     ) -> StatusUpdate | None:
         """Build the status from what is observed now and patch what changed; ``created_job``: the manifest
         of the Job the caller has just created (no watch has seen it yet, and it has no pod); ``body``: the
         resource as just received, instead of reading it again."""
-        with self._locked(namespace, name):
+        with self.threads.locks.held(namespace, name):
             if body is None:
                 body = self.kube.get_benchmark(namespace, name)
             if body is None:
@@ -178,7 +172,7 @@ class Reconciler:
                 status=stored,
                 job=job,
                 pods=pods,
-                invalid=invalid if stored.get("phase") is None or stored.get("phase") == "Pending" else None,
+                invalid=invalid if stored.get("phase") is None or stored.get("phase") == Phase.PENDING else None,
                 invalid_reason=invalid_reason,
                 queued=queued,
                 workload=workload,
@@ -198,10 +192,10 @@ class Reconciler:
             self._announce_preemption(body, stored, fields)
             self.metrics.set_phase(namespace, name, update.phase)
             completion_time = fields.get("completionTime") or stored.get("completionTime")
-            if update.phase == "Failed" and completion_time:
+            if update.phase == Phase.FAILED and completion_time:
                 self.metrics.set_failure(namespace, name, update.reason, completion_time)
             results = fields.get("results") or stored.get("results")
-            if update.phase == "Succeeded" or (update.phase in FINISHED_PHASES and results):
+            if update.phase == Phase.SUCCEEDED or (update.phase in FINISHED_PHASES and results):
                 self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])
             return update
 
@@ -230,16 +224,15 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         self.metrics.forget(namespace, name)
         self.positions.forget(namespace, name)
-        with self._locks_guard:
-            self._locks.pop((namespace, name), None)
+        self.threads.locks.forget(namespace, name)
 
     def _announce(self, body: Mapping[str, Any], update: StatusUpdate) -> None:
         previous_reason = (body.get("status") or {}).get("reason")
         events: list[tuple[str, str, str]] = []
         if update.changed_phase:
-            for kind, reason in _TRANSITION_EVENTS.get(update.phase, []):
-                message = update.message if reason != "Failed" else f"{update.reason}: {update.message}"
-                events.append((kind, reason, message))
+            for kind, announced in _TRANSITION_EVENTS.get(update.phase, []):
+                message = update.message if announced != Reason.FAILED else f"{update.reason}: {update.message}"
+                events.append((kind, announced, message))
         if update.reason != previous_reason and update.warning and update.phase not in FINISHED_PHASES:
             events.append(("Warning", update.reason, update.message))
         for kind, reason, message in events:
@@ -256,7 +249,7 @@ class Reconciler:
         for record in (fields.get("preemptions") or [])[before:]:
             message = f"Kueue preempted attempt {record['attempt']} ({record['reason']}): {record['message']}"
             try:
-                self.kube.event(body, "Warning", "Preempted", message + "; it waits in its queue to run again")
+                self.kube.event(body, "Warning", Reason.PREEMPTED, message + "; it waits in its queue to run again")
             except Exception as error:  # an event is a courtesy: never fail the reconcile on one
                 log.warning("could not record event Preempted on %s: %s", body["metadata"]["name"], error)
 
@@ -264,7 +257,7 @@ class Reconciler:
 class QueueRefused(Exception):
     """A queued benchmark that cannot be queued: Kueue or its LocalQueue is missing."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message

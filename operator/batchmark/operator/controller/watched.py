@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from batchmark.operator.kube import Kube, KueueApi
-from batchmark.operator.kueue import JOB_UID_LABEL, WorkloadView
-from batchmark.operator.status import JobView, PodView
+from batchmark.operator.controller.kube import Kube, KueueApi
+from batchmark.operator.controller.kueue import JOB_UID_LABEL, WorkloadView
+from batchmark.operator.controller.status import JobView, PodView
 
 BENCHMARK_LABEL = "batchmark.dev/benchmark"
 # kopf's names of the indices (the index functions' names, handlers.py).

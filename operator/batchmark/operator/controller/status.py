@@ -13,22 +13,23 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from batchmark.operator.api import FINISHED_PHASES, Condition, Phase
-from batchmark.operator.kueue import QUEUE_NAME_LABEL, WorkloadView
-from batchmark.operator.positions import QueuePosition
+from batchmark.operator.controller.kueue import QUEUE_NAME_LABEL, WorkloadView
+from batchmark.operator.controller.positions import QueuePosition
+from batchmark.operator.resource.api import Condition
+from batchmark.operator.resource.status import FINISHED_PHASES, ConditionType, Phase, Reason
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.results.summary import parse_summary
+from batchmark.runner.statusfields import parse_summary
 
 RUNNER_CONTAINER = "runner"
-CONDITION_TYPES = ("Scheduled", "EngineLoaded", "Complete", "Failed")
+CONDITION_TYPES = (ConditionType.SCHEDULED, ConditionType.ENGINE_LOADED, ConditionType.COMPLETE, ConditionType.FAILED)
 # Only on a benchmark queued through Kueue (spec.queueName).
-QUEUE_CONDITION_TYPES = ("Admitted", "Preempted")
+QUEUE_CONDITION_TYPES = (ConditionType.ADMITTED, ConditionType.PREEMPTED)
 _MESSAGE_LIMIT = 1024
 _PREEMPTIONS_KEPT = 20  # the status schema's bound
 # A kubelet's waiting reasons for an image it cannot get (ErrImageNeverPull: absent, and imagePullPolicy Never).
-_IMAGE_WAITING_REASONS = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull")
+_IMAGE_WAITING_REASONS = (Reason.IMAGE_PULL_BACK_OFF, Reason.ERR_IMAGE_PULL, Reason.ERR_IMAGE_NEVER_PULL)
 
 
 def controller_uid(metadata: Mapping[str, Any]) -> str | None:
@@ -165,7 +166,7 @@ class Observation:
     job: JobView | None
     pods: Sequence[PodView] = ()
     invalid: str | None = None  # why the spec cannot run, found before any Job was made
-    invalid_reason: str = "InvalidConfig"  # or KueueNotInstalled, LocalQueueNotFound
+    invalid_reason: Reason = Reason.INVALID_CONFIG  # or KUEUE_NOT_INSTALLED, LOCAL_QUEUE_NOT_FOUND
     queued: bool = False  # spec.queueName: the Job waits in a Kueue LocalQueue
     workload: WorkloadView | None = None  # Kueue's Workload for the Job, once it exists
     position: QueuePosition | None = None  # the Workload's place in its queue, where Kueue reports it
@@ -199,11 +200,11 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
     when = timestamp or now()
     pod = _current_pod(observation.pods)
     if previous in FINISHED_PHASES:
-        phase = cast(Phase, previous)
+        phase = Phase(previous)
         reason, message = stored.get("reason") or phase, stored.get("message") or ""
     else:
         phase, reason, message = _never_backwards(previous, *_phase(observation, pod), observation)
-    warning = phase == "Failed" or reason in ("Unschedulable", *_IMAGE_WAITING_REASONS)
+    warning = phase == Phase.FAILED or reason in (Reason.UNSCHEDULABLE, *_IMAGE_WAITING_REASONS)
     job = observation.job
     fields: dict[str, Any] = {
         "phase": phase,
@@ -226,7 +227,7 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
                 fields["preemptions"] = preemptions
             # None (cleared, in a merge patch) once it no longer waits, or where no position is known.
             workload, position = observation.workload, observation.position
-            waiting = phase == "Queued" and workload is not None and not workload.admitted
+            waiting = phase == Phase.QUEUED and workload is not None and not workload.admitted
             fields["queue"] = position.status() if waiting and position is not None else None
     if pod is not None:
         fields["podName"] = pod.name
@@ -239,7 +240,7 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
 
 # The order of the phases (the documented state machine): Pending -> (Queued) -> Scheduling -> LoadingEngine ->
 # Running -> Succeeded | Failed | Cancelled. A phase may be skipped (seen too briefly), never gone back to.
-_ORDER = {"Pending": 0, "Queued": 1, "Scheduling": 2, "LoadingEngine": 3, "Running": 4}
+_ORDER = {Phase.PENDING: 0, Phase.QUEUED: 1, Phase.SCHEDULING: 2, Phase.LOADING_ENGINE: 3, Phase.RUNNING: 4}
 
 
 def _never_backwards(
@@ -248,13 +249,13 @@ def _never_backwards(
     """The phase, unless it lies before the stored one: then the stored one, with the reason and message of
     what happens now (a retry's pod waiting for a node says so as Retrying). The one way back is Queued: Kueue
     preempted the benchmark and it waits in its queue to run again."""
-    if previous not in _ORDER or phase not in _ORDER or _ORDER[phase] >= _ORDER[previous]:
+    if previous not in _ORDER or phase not in _ORDER or _ORDER[phase] >= _ORDER[Phase(previous)]:
         return phase, reason, message
-    if phase == "Queued" and observation.queued:
+    if phase == Phase.QUEUED and observation.queued:
         return phase, reason, message
     if observation.job is not None and observation.job.failed and reason not in _IMAGE_WAITING_REASONS:
-        return cast(Phase, previous), "Retrying", f"a pod failed; the Job runs another: {message}"
-    return cast(Phase, previous), reason, message
+        return Phase(previous), Reason.RETRYING, f"a pod failed; the Job runs another: {message}"
+    return Phase(previous), reason, message
 
 
 def _current_pod(pods: Sequence[PodView]) -> PodView | None:
@@ -265,20 +266,20 @@ def _current_pod(pods: Sequence[PodView]) -> PodView | None:
 def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, str]:
     job = observation.job
     if observation.invalid is not None:
-        return "Failed", observation.invalid_reason, observation.invalid
+        return Phase.FAILED, observation.invalid_reason, observation.invalid
     if job is None:
         if observation.cancel:
-            return "Cancelled", "Cancelled", "cancelled before it started"
-        return "Pending", "Created", "creating the benchmark's Job"
+            return Phase.CANCELLED, Reason.CANCELLED, "cancelled before it started"
+        return Phase.PENDING, Reason.CREATED, "creating the benchmark's Job"
     if job.complete:
-        return "Succeeded", "Completed", "the benchmark finished"
+        return Phase.SUCCEEDED, Reason.COMPLETED, "the benchmark finished"
     # Not before the pod's process ended: on SIGTERM the runner is still writing its partial results.
     if observation.cancel and not _pod_alive(pod):
-        return "Cancelled", "Cancelled", "cancelled (spec.cancel); the results so far are kept"
+        return Phase.CANCELLED, Reason.CANCELLED, "cancelled (spec.cancel); the results so far are kept"
     if job.failed_reason is not None:
         return _failure(job, pod)
     if observation.cancel:
-        return _running_phase(observation, pod, "Cancelling", "stopping the benchmark (spec.cancel)")
+        return _running_phase(observation, pod, Reason.CANCELLING, "stopping the benchmark (spec.cancel)")
     if observation.queued and job.suspended:
         return _queued(observation.workload, observation.position)
     return _running_phase(observation, pod, None, None)
@@ -288,10 +289,10 @@ def _queued(workload: WorkloadView | None, position: QueuePosition | None) -> tu
     """Waiting for Kueue to admit the Job: Kueue's own reason and message (e.g. insufficient quota), after the
     position in the queue where Kueue reports one."""
     if workload is None:
-        return "Queued", "Pending", "waiting for Kueue to create the benchmark's Workload"
+        return Phase.QUEUED, Reason.PENDING, "waiting for Kueue to create the benchmark's Workload"
     if workload.admitted:
-        return "Queued", "Admitted", workload.admitted_message or "admitted by Kueue; the Job starts"
-    return "Queued", workload.reason, _waiting_message(workload, position)
+        return Phase.QUEUED, Reason.ADMITTED, workload.admitted_message or "admitted by Kueue; the Job starts"
+    return Phase.QUEUED, workload.reason, _waiting_message(workload, position)
 
 
 def _waiting_message(workload: WorkloadView, position: QueuePosition | None) -> str:
@@ -312,7 +313,7 @@ def _preemptions(observation: Observation, when: str) -> list[dict[str, Any]]:
                 {
                     "time": workload.preemption_time or when,
                     "attempt": int(stored.get("attempts") or 1),
-                    "reason": workload.preemption_reason or "Preempted",
+                    "reason": workload.preemption_reason or Reason.PREEMPTED,
                     "message": (workload.preemption_message or "")[:_MESSAGE_LIMIT],
                 }
             )
@@ -334,39 +335,51 @@ def _running_phase(
 ) -> tuple[Phase, str, str]:
     if pod is not None and pod.phase == "Succeeded":
         # The runner is done; the Job controller has not marked the Job complete yet.
-        return "Running", reason or "Finishing", message or "the runner finished; the Job completes"
+        return Phase.RUNNING, reason or Reason.FINISHING, message or "the runner finished; the Job completes"
     if pod is not None and pod.phase == "Failed":
         # Between a failed pod and its replacement (spec.retries).
-        return "Scheduling", reason or "Retrying", message or f"pod {pod.name} failed; the Job starts another"
+        return Phase.SCHEDULING, reason or Reason.RETRYING, message or f"pod {pod.name} failed; the Job starts another"
     if pod is None:
-        return "Scheduling", reason or "Scheduling", message or "waiting for the Job's pod to be scheduled"
+        return Phase.SCHEDULING, reason or Reason.SCHEDULING, message or "waiting for the Job's pod to be scheduled"
     if not pod.node_name:
         if pod.unschedulable_message:
-            return "Scheduling", "Unschedulable", pod.unschedulable_message
-        return "Scheduling", reason or "Scheduling", message or "waiting for a node"
-    if pod.waiting_reason in (*_IMAGE_WAITING_REASONS, "InvalidImageName", "CreateContainerConfigError"):
-        return "Scheduling", pod.waiting_reason, pod.waiting_message or pod.waiting_reason
+            return Phase.SCHEDULING, Reason.UNSCHEDULABLE, pod.unschedulable_message
+        return Phase.SCHEDULING, reason or Reason.SCHEDULING, message or "waiting for a node"
+    if pod.waiting_reason in (*_IMAGE_WAITING_REASONS, Reason.INVALID_IMAGE_NAME, Reason.CREATE_CONTAINER_CONFIG_ERROR):
+        return Phase.SCHEDULING, pod.waiting_reason, pod.waiting_message or pod.waiting_reason
     if pod.phase != "Running":
         # On a node, its image pulled or its container created: not loading anything yet, and a pull that
         # fails next must not move the phase back.
-        return "Scheduling", reason or "Starting", message or f"the pod's container is starting on {pod.node_name}"
+        return (
+            Phase.SCHEDULING,
+            reason or Reason.STARTING,
+            message or f"the pod's container is starting on {pod.node_name}",
+        )
     progress = observation.status.get("progress") or {}
     if pod.phase == "Running" and progress.get("podName") == pod.name:
-        return "Running", reason or "Running", message or "the engine is loaded and the benchmark runs"
-    return "LoadingEngine", reason or "LoadingEngine", message or f"the runner is loading the engine on {pod.node_name}"
+        return Phase.RUNNING, reason or Reason.RUNNING, message or "the engine is loaded and the benchmark runs"
+    return (
+        Phase.LOADING_ENGINE,
+        reason or Reason.LOADING_ENGINE,
+        message or f"the runner is loading the engine on {pod.node_name}",
+    )
 
 
 def _failure(job: JobView, pod: PodView | None) -> tuple[Phase, str, str]:
-    if job.failed_reason == "DeadlineExceeded":
-        return "Failed", "DeadlineExceeded", job.failed_message or "the benchmark ran past spec.timeout"
+    if job.failed_reason == Reason.DEADLINE_EXCEEDED:
+        return Phase.FAILED, Reason.DEADLINE_EXCEEDED, job.failed_message or "the benchmark ran past spec.timeout"
     told = _runner_message(pod.termination_message) if pod is not None and pod.termination_message else ""
-    if pod is not None and pod.terminated_reason == "OOMKilled":
-        return "Failed", "OOMKilled", "the runner ran out of memory (raise spec.resources.limits.memory)"
+    if pod is not None and pod.terminated_reason == Reason.OOM_KILLED:
+        return Phase.FAILED, Reason.OOM_KILLED, "the runner ran out of memory (raise spec.resources.limits.memory)"
     if pod is not None and pod.exit_code == EXIT_USAGE:
-        return "Failed", "InvalidConfig", told or "the runner refused its configuration"
+        return Phase.FAILED, Reason.INVALID_CONFIG, told or "the runner refused its configuration"
     if pod is not None and pod.exit_code is not None and told:
-        return "Failed", "EngineError", told
-    return "Failed", job.failed_reason or "BackoffLimitExceeded", job.failed_message or "the benchmark's pods failed"
+        return Phase.FAILED, Reason.ENGINE_ERROR, told
+    return (
+        Phase.FAILED,
+        job.failed_reason or Reason.BACKOFF_LIMIT_EXCEEDED,
+        job.failed_message or "the benchmark's pods failed",
+    )
 
 
 def _runner_message(text: str) -> str:
@@ -397,21 +410,27 @@ def _conditions(
     when: str,
 ) -> list[dict[str, Any]]:
     previous = {condition.get("type"): condition for condition in stored}
-    scheduled = phase in ("LoadingEngine", "Running", "Succeeded") or (pod is not None and bool(pod.node_name))
-    engine_loaded = phase in ("Running", "Succeeded") or bool(previous.get("EngineLoaded", {}).get("status") == "True")
-    wanted: dict[str, tuple[Literal["True", "False"], str, str]] = {
-        "Scheduled": (
-            ("True", "Scheduled", f"pod {pod.name} runs on {pod.node_name}")
+    scheduled = phase in (Phase.LOADING_ENGINE, Phase.RUNNING, Phase.SUCCEEDED) or (
+        pod is not None and bool(pod.node_name)
+    )
+    engine_loaded = phase in (Phase.RUNNING, Phase.SUCCEEDED) or bool(
+        previous.get(ConditionType.ENGINE_LOADED, {}).get("status") == "True"
+    )
+    wanted: dict[ConditionType, tuple[Literal["True", "False"], str, str]] = {
+        ConditionType.SCHEDULED: (
+            ("True", Reason.SCHEDULED, f"pod {pod.name} runs on {pod.node_name}")
             if scheduled and pod is not None and pod.node_name
-            else ("True", "Scheduled", "the pod was scheduled")
+            else ("True", Reason.SCHEDULED, "the pod was scheduled")
             if scheduled
-            else ("False", reason if reason == "Unschedulable" else "Waiting", message)
+            else ("False", reason if reason == Reason.UNSCHEDULABLE else Reason.WAITING, message)
         ),
-        "EngineLoaded": ("True", "EngineLoaded", "the runner loaded its engine")
+        ConditionType.ENGINE_LOADED: ("True", Reason.ENGINE_LOADED, "the runner loaded its engine")
         if engine_loaded
-        else ("False", "Waiting", "the engine is not loaded yet"),
-        "Complete": ("True", "Completed", message) if phase == "Succeeded" else ("False", phase, message),
-        "Failed": ("True", reason, message) if phase == "Failed" else ("False", "NotFailed", ""),
+        else ("False", Reason.WAITING, "the engine is not loaded yet"),
+        ConditionType.COMPLETE: ("True", Reason.COMPLETED, message)
+        if phase == Phase.SUCCEEDED
+        else ("False", phase, message),
+        ConditionType.FAILED: ("True", reason, message) if phase == Phase.FAILED else ("False", Reason.NOT_FAILED, ""),
     }
     if observation.queued:
         wanted |= _queue_conditions(observation)
@@ -432,24 +451,28 @@ def _conditions(
     return conditions
 
 
-def _queue_conditions(observation: Observation) -> dict[str, tuple[Literal["True", "False"], str, str]]:
+def _queue_conditions(observation: Observation) -> dict[ConditionType, tuple[Literal["True", "False"], str, str]]:
     """Admitted: whether Kueue admitted the Job (else Kueue's reason for waiting); Preempted: whether Kueue
     ever preempted it, how often and why the last time."""
     workload, job = observation.workload, observation.job
     running = job is not None and not job.suspended
     admitted: tuple[Literal["True", "False"], str, str]
     if (workload is not None and workload.admitted) or running:
-        admitted = ("True", "Admitted", (workload.admitted_message if workload else "") or "admitted by Kueue")
+        admitted = ("True", Reason.ADMITTED, (workload.admitted_message if workload else "") or "admitted by Kueue")
     elif workload is None:
-        admitted = ("False", "Pending", "waiting for Kueue to create the benchmark's Workload")
+        admitted = ("False", Reason.PENDING, "waiting for Kueue to create the benchmark's Workload")
     else:
         admitted = ("False", workload.reason, _waiting_message(workload, observation.position))
-    preempted: tuple[Literal["True", "False"], str, str] = ("False", "NotPreempted", "")
+    preempted: tuple[Literal["True", "False"], str, str] = ("False", Reason.NOT_PREEMPTED, "")
     if workload is not None and workload.preemptions:
         times = "once" if workload.preemptions == 1 else f"{workload.preemptions} times"
         latest = workload.preemption_message or "no message"
-        preempted = ("True", workload.preemption_reason or "Preempted", f"preempted by Kueue {times}; last: {latest}")
-    return {"Admitted": admitted, "Preempted": preempted}
+        preempted = (
+            "True",
+            workload.preemption_reason or Reason.PREEMPTED,
+            f"preempted by Kueue {times}; last: {latest}",
+        )
+    return {ConditionType.ADMITTED: admitted, ConditionType.PREEMPTED: preempted}
 
 
 def benchmark_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:

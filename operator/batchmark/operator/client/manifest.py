@@ -10,8 +10,8 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from batchmark.operator.api import API_VERSION, KIND, BatchBenchmarkSpec
-from batchmark.operator.names import dns_label
+from batchmark.operator.client.names import dns_label
+from batchmark.operator.resource.api import API_VERSION, KIND, BatchBenchmarkSpec
 from batchmark.runner.config.load import UsageError, load_config
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import EXIT_USAGE
