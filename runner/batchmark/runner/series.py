@@ -77,25 +77,24 @@ class Series:
         return dataclasses.replace(self, exporter=exporter, labels=labels)
 
 
-def _checked(series: Series, kind: Kind) -> Series:
+def _require_kind(series: Series, kind: Kind) -> None:
     if series.kind != kind:
         raise TypeError(f"{series.name} is a {series.kind}, not a {kind}")
-    return series
 
 
 def counter(series: Series, registry: CollectorRegistry) -> Counter:
-    _checked(series, "counter")
+    _require_kind(series, "counter")
     return Counter(series.name, series.help, series.labels, registry=registry)
 
 
 def gauge(series: Series, registry: CollectorRegistry) -> Gauge:
-    _checked(series, "gauge")
+    _require_kind(series, "gauge")
     return Gauge(series.name, series.help, series.labels, registry=registry)
 
 
 def histogram(series: Series, registry: CollectorRegistry, buckets: Sequence[float] = ()) -> Histogram:
     """``buckets`` where the declaration leaves them to the exporter."""
-    _checked(series, "histogram")
+    _require_kind(series, "histogram")
     bounds = series.buckets or tuple(buckets)
     if not bounds:
         raise ValueError(f"{series.name} needs its buckets")
@@ -103,7 +102,7 @@ def histogram(series: Series, registry: CollectorRegistry, buckets: Sequence[flo
 
 
 def info(series: Series, registry: CollectorRegistry) -> Info:
-    _checked(series, "info")
+    _require_kind(series, "info")
     return Info(series.name, series.help, series.labels, registry=registry)
 
 
