@@ -1,10 +1,10 @@
 """The three dashboards: "Benchmark run" (a run's live series), "Batch size comparison" (finished benchmarks'
 results from the operator's gauges) and "Operator" (the operator's own health).
 
-Every query reads series that batchmark declares: the runner's (batchmark.runner.observe.metrics, scraped from the
-benchmark pods by the chart's PodMonitor, which adds `namespace` and `pod`) and the operator's (its /metrics,
-scraped through the chart's ServiceMonitor). Panels pick a data source through the `datasource` variable, so
-the dashboards work with whatever Prometheus a Grafana has.
+Every query reads series of the metrics contract (batchmark.runner.series), named through its declarations: the
+runner's live ones (scraped from the benchmark pods by the chart's PodMonitor, which adds `namespace` and `pod`)
+and the operator's (its /metrics, scraped through the chart's ServiceMonitor). Panels pick a data source through
+the `datasource` variable, so the dashboards work with whatever Prometheus a Grafana has.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ from typing import Final
 
 from grafana_foundation_sdk.builders import barchart, dashboard, prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.builders.common import VizLegendOptions
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models.common import BigValueColorMode, BigValueTextMode, LegendDisplayMode
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+from batchmark.runner import series
 
 CHART_DASHBOARDS: Final = Path(__file__).resolve().parent.parent / "charts" / "batchmark" / "dashboards"
 DATASOURCE: Final = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -31,10 +34,10 @@ RUN: Final = 'namespace=~"$namespace", benchmark=~"$benchmark", run_id=~"$run"'
 # The operator's result gauges, narrowed by the comparison dashboard's variables.
 RESULT: Final = 'namespace=~"$namespace", model=~"$model"'
 # One point of one benchmark: the operator's result labels but `repeat`, so a point's repeats read as their mean.
-RESULT_LABELS: Final = "namespace, name, model, batch_size, strategy, engine, swept"
+RESULT_LABELS: Final = ", ".join(label for label in series.OPERATOR_RESULT_LABELS if label != "repeat")
 # One benchmark of one run (a sweep's runs measure one batch size after another): what the run dashboard's
 # quantiles group by besides `le`, so that selecting several runs never blends their histograms into one.
-ONE_BENCHMARK: Final = "benchmark, run_id, batch_size"
+ONE_BENCHMARK: Final = ", ".join(series.RUN_LABELS)
 ONE_BENCHMARK_LEGEND: Final = "{{benchmark}} {{run_id}} ×{{batch_size}}"
 
 
@@ -97,24 +100,225 @@ def single(title: str, description: str, unit: str, target: prometheus.Dataquery
     )
 
 
-def quantile(q: float, histogram: str, selector: str, by: str, legend: str, ref: str) -> prometheus.Dataquery:
+def quantile(q: float, histogram: series.Series, selector: str, by: str, legend: str, ref: str) -> prometheus.Dataquery:
     """One quantile of a histogram over the rate window, a series per value of the ``by`` labels."""
     grouping = ", ".join(["le", *(label.strip() for label in by.split(",") if label.strip())])
+    buckets = histogram.sample("_bucket")
     return query(
-        f"histogram_quantile({q}, sum by ({grouping}) (rate({histogram}_bucket{{{selector}}}[{RATE}])))",
+        f"histogram_quantile({q}, sum by ({grouping}) (rate({buckets}{{{selector}}}[{RATE}])))",
         f"{legend}p{round(q * 100)}",
         ref,
     )
 
 
-def quantiles(histogram: str, selector: str, by: str = "", legend: str = "") -> list[prometheus.Dataquery]:
+def quantiles(histogram: series.Series, selector: str, by: str = "", legend: str = "") -> list[prometheus.Dataquery]:
     """p50, p90 and p99 of a histogram over the rate window, each per value of the ``by`` labels."""
     return [quantile(q, histogram, selector, by, legend, ref) for q, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))]
 
 
-def benchmark_run() -> models.Dashboard:
-    tokens = "sum by (benchmark, run_id) (rate(batchmark_{kind}_tokens_total{{{run}}}[{rate}]))"
+# The run dashboard's selectors of the runner's series, narrowed to the selected runs.
+PHASE: Final = f"{series.PHASE.name}{{{RUN}}}"
+REQUESTS: Final = series.REQUESTS.sample("_total")
+OUTPUT_TOKENS: Final = series.OUTPUT_TOKENS.sample("_total")
+PROMPT_TOKENS: Final = series.PROMPT_TOKENS.sample("_total")
+RUN_INFO: Final = series.RUN_INFO.sample("_info")
+
+
+def run_variables() -> list[dashboard.QueryVariable]:
+    """Namespace, benchmark and run, each narrowed by the ones before it."""
+    return [
+        variable("namespace", "Namespace", f"label_values({RUN_INFO}, namespace)"),
+        variable("benchmark", "Benchmark", f'label_values({RUN_INFO}{{namespace=~"$namespace"}}, benchmark)'),
+        variable("run", "Run", f'label_values({RUN_INFO}{{namespace=~"$namespace", benchmark=~"$benchmark"}}, run_id)'),
+    ]
+
+
+def phase_changes() -> dashboard.AnnotationQuery:
     return (
+        dashboard.AnnotationQuery()
+        .name("Phase changes")
+        .datasource(DATASOURCE)
+        .enable(True)
+        .icon_color("blue")
+        .expr(f"({PHASE} == 1) and on (benchmark, run_id, phase) (changes({PHASE}[1m]) > 0)")
+    )
+
+
+def phase_stat() -> stat.Panel:
+    return single(
+        "Phase",
+        "The phase each selected run is in: loading, warmup, measuring, cooldown, done.",
+        "none",
+        query(f"max by (benchmark, run_id, phase) ({PHASE}) == 1", "{{benchmark}} {{run_id}}: {{phase}}", instant=True),
+    ).text_mode(BigValueTextMode.NAME)
+
+
+def model_stat() -> stat.Panel:
+    return single(
+        "Model and batch size",
+        "What the run benchmarks: the model and the configured batch size.",
+        "none",
+        query(f"max by (model, batch_size) ({RUN_INFO}{{{RUN}}})", "{{model}} × {{batch_size}}", instant=True),
+    ).text_mode(BigValueTextMode.NAME)
+
+
+def engine_load_stat() -> stat.Panel:
+    return single(
+        "Engine load time",
+        "Time to load the engine, outside every timed phase, per run.",
+        "s",
+        query(f"max by (benchmark, run_id) ({series.ENGINE_LOAD.name}{{{RUN}}})", "{{benchmark}} {{run_id}}"),
+    )
+
+
+def output_tokens_stat() -> stat.Panel:
+    return single(
+        "Output tokens/s",
+        "Generated tokens per second over the rate window.",
+        "short",
+        query(f"sum(rate({OUTPUT_TOKENS}{{{RUN}}}[{RATE}]))"),
+    )
+
+
+def errored_stat() -> stat.Panel:
+    return single(
+        "Errored requests",
+        "Measured requests that failed, over the dashboard's time range.",
+        "short",
+        query(f'sum(increase({REQUESTS}{{{RUN}, outcome="error"}}[$__range]))'),
+    )
+
+
+def phase_timeline() -> statetimeline.Panel:
+    return (
+        statetimeline.Panel()
+        .title("Phases")
+        .description("Which phase each selected run was in, over time.")
+        .datasource(DATASOURCE)
+        .height(5)
+        .span(24)
+        .with_target(query(f"max by (benchmark, run_id, phase) ({PHASE}) == 1", "{{benchmark}} {{run_id}} {{phase}}"))
+    )
+
+
+def tokens_graph() -> timeseries.Panel:
+    def rate_of(counter: str) -> str:
+        return f"rate({counter}{{{RUN}}}[{RATE}])"
+
+    return graph(
+        "Tokens/s",
+        "Output, prompt and total tokens per second of measured successful requests.",
+        "short",
+        query(f"sum by (benchmark, run_id) ({rate_of(OUTPUT_TOKENS)})", "output {{benchmark}} {{run_id}}", "A"),
+        query(f"sum by (benchmark, run_id) ({rate_of(PROMPT_TOKENS)})", "prompt {{benchmark}} {{run_id}}", "B"),
+        query(
+            f"sum by (benchmark, run_id) ({rate_of(OUTPUT_TOKENS)} + {rate_of(PROMPT_TOKENS)})",
+            "total {{benchmark}} {{run_id}}",
+            "C",
+        ),
+    )
+
+
+def requests_graph() -> timeseries.Panel:
+    return graph(
+        "Requests/s",
+        "Measured requests per second by outcome (success, error, incomplete).",
+        "reqps",
+        query(
+            f"sum by (benchmark, run_id, outcome) (rate({REQUESTS}{{{RUN}}}[{RATE}]))",
+            "{{outcome}} {{benchmark}} {{run_id}}",
+        ),
+    )
+
+
+def latency_graph() -> timeseries.Panel:
+    return graph(
+        "Request latency",
+        "Enqueue to completion, quantiles from the runner's histogram, per benchmark and run.",
+        "s",
+        *quantiles(series.REQUEST_LATENCY, RUN, ONE_BENCHMARK, f"{ONE_BENCHMARK_LEGEND} "),
+    )
+
+
+def waits_graph() -> timeseries.Panel:
+    return graph(
+        "Queue and batch wait",
+        "Enqueue to dispatch (queue) and enqueue until the request's micro-batch was complete (batch), per"
+        " benchmark and run.",
+        "s",
+        *(
+            quantile(q, histogram, RUN, ONE_BENCHMARK, f"{name} {ONE_BENCHMARK_LEGEND} ", ref)
+            for q, histogram, name, ref in (
+                (0.5, series.QUEUE_WAIT, "queue", "A"),
+                (0.99, series.QUEUE_WAIT, "queue", "B"),
+                (0.5, series.BATCH_WAIT, "batch", "C"),
+                (0.99, series.BATCH_WAIT, "batch", "D"),
+            )
+        ),
+    )
+
+
+def batch_size_graph() -> timeseries.Panel:
+    sizes = series.EFFECTIVE_BATCH_SIZE
+    return graph(
+        "Effective batch size",
+        "Mean requests per dispatched micro-batch over the rate window, against the configured size.",
+        "short",
+        query(
+            f"sum by (benchmark, run_id) (rate({sizes.sample('_sum')}{{{RUN}}}[{RATE}]))"
+            f" / sum by (benchmark, run_id) (rate({sizes.sample('_count')}{{{RUN}}}[{RATE}]))",
+            "mean {{benchmark}} {{run_id}}",
+        ),
+    )
+
+
+def in_flight_graph() -> timeseries.Panel:
+    return graph(
+        "Requests in flight and queued",
+        "Issued and not finished; waiting in the engine worker for a micro-batch.",
+        "short",
+        query(
+            f"sum by (benchmark, run_id) ({series.REQUESTS_IN_FLIGHT.name}{{{RUN}}})",
+            "in flight {{benchmark}} {{run_id}}",
+            "A",
+        ),
+        query(
+            f"sum by (benchmark, run_id) ({series.REQUESTS_QUEUED.name}{{{RUN}}})",
+            "queued {{benchmark}} {{run_id}}",
+            "B",
+        ),
+    )
+
+
+def batch_duration_graph() -> timeseries.Panel:
+    return graph(
+        "Micro-batch duration",
+        "One generate() call of a measured micro-batch, per benchmark and run.",
+        "s",
+        *quantiles(series.BATCH_DURATION, RUN, ONE_BENCHMARK, f"{ONE_BENCHMARK_LEGEND} "),
+    )
+
+
+def errors_graph() -> timeseries.Panel:
+    return graph(
+        "Errors/s",
+        "Measured requests that failed, per second.",
+        "reqps",
+        query(f'sum by (benchmark, run_id) (rate({REQUESTS}{{{RUN}, outcome="error"}}[{RATE}]))'),
+    )
+
+
+# The run dashboard's rows and the panels of each, in order.
+RUN_ROWS: Final[tuple[tuple[str, tuple[Callable[[], Builder[models.Panel]], ...]], ...]] = (
+    ("Overview", (phase_stat, model_stat, engine_load_stat, output_tokens_stat, errored_stat, phase_timeline)),
+    ("Throughput", (tokens_graph, requests_graph)),
+    ("Latency", (latency_graph, waits_graph)),
+    ("Batching", (batch_size_graph, in_flight_graph, batch_duration_graph, errors_graph)),
+)
+
+
+def benchmark_run() -> models.Dashboard:
+    board = (
         dashboard.Dashboard("batchmark / Benchmark run")
         .uid("batchmark-benchmark-run")
         .description("A benchmark's live series from the runner's /metrics: throughput, latency, batching, phase.")
@@ -122,207 +326,27 @@ def benchmark_run() -> models.Dashboard:
         .refresh("10s")
         .time("now-30m", "now")
         .with_variable(datasource_variable())
-        .with_variable(variable("namespace", "Namespace", "label_values(batchmark_info, namespace)"))
-        .with_variable(
-            variable("benchmark", "Benchmark", 'label_values(batchmark_info{namespace=~"$namespace"}, benchmark)')
-        )
-        .with_variable(
-            variable(
-                "run",
-                "Run",
-                'label_values(batchmark_info{namespace=~"$namespace", benchmark=~"$benchmark"}, run_id)',
-            )
-        )
-        .annotation(
-            dashboard.AnnotationQuery()
-            .name("Phase changes")
-            .datasource(DATASOURCE)
-            .enable(True)
-            .icon_color("blue")
-            .expr(
-                f"(batchmark_phase{{{RUN}}} == 1)"
-                f" and on (benchmark, run_id, phase) (changes(batchmark_phase{{{RUN}}}[1m]) > 0)"
-            )
-        )
-        .with_row(dashboard.Row("Overview"))
-        .with_panel(
-            single(
-                "Phase",
-                "The phase each selected run is in: loading, warmup, measuring, cooldown, done.",
-                "none",
-                query(
-                    f"max by (benchmark, run_id, phase) (batchmark_phase{{{RUN}}}) == 1",
-                    "{{benchmark}} {{run_id}}: {{phase}}",
-                    instant=True,
-                ),
-            ).text_mode(BigValueTextMode.NAME)
-        )
-        .with_panel(
-            single(
-                "Model and batch size",
-                "What the run benchmarks: the model and the configured batch size.",
-                "none",
-                query(
-                    f"max by (model, batch_size) (batchmark_info{{{RUN}}})", "{{model}} × {{batch_size}}", instant=True
-                ),
-            ).text_mode(BigValueTextMode.NAME)
-        )
-        .with_panel(
-            single(
-                "Engine load time",
-                "Time to load the engine, outside every timed phase, per run.",
-                "s",
-                query(
-                    f"max by (benchmark, run_id) (batchmark_engine_load_seconds{{{RUN}}})", "{{benchmark}} {{run_id}}"
-                ),
-            )
-        )
-        .with_panel(
-            single(
-                "Output tokens/s",
-                "Generated tokens per second over the rate window.",
-                "short",
-                query(f"sum(rate(batchmark_output_tokens_total{{{RUN}}}[{RATE}]))"),
-            )
-        )
-        .with_panel(
-            single(
-                "Errored requests",
-                "Measured requests that failed, over the dashboard's time range.",
-                "short",
-                query(f'sum(increase(batchmark_requests_total{{{RUN}, outcome="error"}}[$__range]))'),
-            )
-        )
-        .with_panel(
-            statetimeline.Panel()
-            .title("Phases")
-            .description("Which phase each selected run was in, over time.")
-            .datasource(DATASOURCE)
-            .height(5)
-            .span(24)
-            .with_target(
-                query(
-                    f"max by (benchmark, run_id, phase) (batchmark_phase{{{RUN}}}) == 1",
-                    "{{benchmark}} {{run_id}} {{phase}}",
-                )
-            )
-        )
-        .with_row(dashboard.Row("Throughput"))
-        .with_panel(
-            graph(
-                "Tokens/s",
-                "Output, prompt and total tokens per second of measured successful requests.",
-                "short",
-                query(tokens.format(kind="output", run=RUN, rate=RATE), "output {{benchmark}} {{run_id}}", "A"),
-                query(tokens.format(kind="prompt", run=RUN, rate=RATE), "prompt {{benchmark}} {{run_id}}", "B"),
-                query(
-                    f"sum by (benchmark, run_id) (rate(batchmark_output_tokens_total{{{RUN}}}[{RATE}])"
-                    f" + rate(batchmark_prompt_tokens_total{{{RUN}}}[{RATE}]))",
-                    "total {{benchmark}} {{run_id}}",
-                    "C",
-                ),
-            )
-        )
-        .with_panel(
-            graph(
-                "Requests/s",
-                "Measured requests per second by outcome (success, error, incomplete).",
-                "reqps",
-                query(
-                    f"sum by (benchmark, run_id, outcome) (rate(batchmark_requests_total{{{RUN}}}[{RATE}]))",
-                    "{{outcome}} {{benchmark}} {{run_id}}",
-                ),
-            )
-        )
-        .with_row(dashboard.Row("Latency"))
-        .with_panel(
-            graph(
-                "Request latency",
-                "Enqueue to completion, quantiles from the runner's histogram, per benchmark and run.",
-                "s",
-                *quantiles("batchmark_request_latency_seconds", RUN, ONE_BENCHMARK, f"{ONE_BENCHMARK_LEGEND} "),
-            )
-        )
-        .with_panel(
-            graph(
-                "Queue and batch wait",
-                "Enqueue to dispatch (queue) and enqueue until the request's micro-batch was complete (batch), per"
-                " benchmark and run.",
-                "s",
-                quantile(
-                    0.5, "batchmark_queue_wait_seconds", RUN, ONE_BENCHMARK, f"queue {ONE_BENCHMARK_LEGEND} ", "A"
-                ),
-                quantile(
-                    0.99, "batchmark_queue_wait_seconds", RUN, ONE_BENCHMARK, f"queue {ONE_BENCHMARK_LEGEND} ", "B"
-                ),
-                quantile(
-                    0.5, "batchmark_batch_wait_seconds", RUN, ONE_BENCHMARK, f"batch {ONE_BENCHMARK_LEGEND} ", "C"
-                ),
-                quantile(
-                    0.99, "batchmark_batch_wait_seconds", RUN, ONE_BENCHMARK, f"batch {ONE_BENCHMARK_LEGEND} ", "D"
-                ),
-            )
-        )
-        .with_row(dashboard.Row("Batching"))
-        .with_panel(
-            graph(
-                "Effective batch size",
-                "Mean requests per dispatched micro-batch over the rate window, against the configured size.",
-                "short",
-                query(
-                    f"sum by (benchmark, run_id) (rate(batchmark_effective_batch_size_sum{{{RUN}}}[{RATE}]))"
-                    f" / sum by (benchmark, run_id) (rate(batchmark_effective_batch_size_count{{{RUN}}}[{RATE}]))",
-                    "mean {{benchmark}} {{run_id}}",
-                ),
-            )
-        )
-        .with_panel(
-            graph(
-                "Requests in flight and queued",
-                "Issued and not finished; waiting in the engine worker for a micro-batch.",
-                "short",
-                query(
-                    f"sum by (benchmark, run_id) (batchmark_requests_in_flight{{{RUN}}})",
-                    "in flight {{benchmark}} {{run_id}}",
-                    "A",
-                ),
-                query(
-                    f"sum by (benchmark, run_id) (batchmark_requests_queued{{{RUN}}})",
-                    "queued {{benchmark}} {{run_id}}",
-                    "B",
-                ),
-            )
-        )
-        .with_panel(
-            graph(
-                "Micro-batch duration",
-                "One generate() call of a measured micro-batch, per benchmark and run.",
-                "s",
-                *quantiles("batchmark_batch_duration_seconds", RUN, ONE_BENCHMARK, f"{ONE_BENCHMARK_LEGEND} "),
-            )
-        )
-        .with_panel(
-            graph(
-                "Errors/s",
-                "Measured requests that failed, per second.",
-                "reqps",
-                query(f'sum by (benchmark, run_id) (rate(batchmark_requests_total{{{RUN}, outcome="error"}}[{RATE}]))'),
-            )
-        )
-        .build()
     )
+    for run_variable in run_variables():
+        board = board.with_variable(run_variable)
+    board = board.annotation(phase_changes())
+    for title, panels in RUN_ROWS:
+        board = board.with_row(dashboard.Row(title))
+        for panel in panels:
+            board = board.with_panel(panel())
+    return board.build()
 
 
-def point_mean(metric: str) -> str:
+def point_mean(metric: series.Series) -> str:
     """A result gauge per point: the mean over its repeats (a run without repeats has one series per point)."""
-    return f"avg by ({RESULT_LABELS}) (batchmark_result_{metric}{{{RESULT}}})"
+    return f"avg by ({RESULT_LABELS}) ({metric.name}{{{RESULT}}})"
 
 
-def result_column(metric: str, ref: str) -> prometheus.Dataquery:
+def result_column(metric: series.Series, ref: str) -> prometheus.Dataquery:
     return query(point_mean(metric), ref=ref, instant=True)
 
 
-def by_batch_size(title: str, description: str, unit: str, metric: str) -> barchart.Panel:
+def by_batch_size(title: str, description: str, unit: str, metric: series.Series) -> barchart.Panel:
     """One bar per batch size, one colour per model: the best batch size of a model is read at a glance."""
     return (
         barchart.Panel()
@@ -347,14 +371,16 @@ def by_batch_size(title: str, description: str, unit: str, metric: str) -> barch
 
 
 COMPARISON_COLUMNS: Final = (
-    ("output_tokens_per_second", "Output tok/s"),
-    ("total_tokens_per_second", "Total tok/s"),
-    ("requests_per_second", "Req/s"),
-    ("request_latency_p50_seconds", "Latency p50 (s)"),
-    ("request_latency_p99_seconds", "Latency p99 (s)"),
-    ("ttft_p99_seconds", "TTFT p99 (s)"),
-    ("engine_utilization", "Engine utilisation"),
+    (series.OPERATOR_OUTPUT_TOKENS_PER_SECOND, "Output tok/s"),
+    (series.OPERATOR_TOTAL_TOKENS_PER_SECOND, "Total tok/s"),
+    (series.OPERATOR_REQUESTS_PER_SECOND, "Req/s"),
+    (series.OPERATOR_LATENCY_P50, "Latency p50 (s)"),
+    (series.OPERATOR_LATENCY_P99, "Latency p99 (s)"),
+    (series.OPERATOR_TTFT_P99, "TTFT p99 (s)"),
+    (series.OPERATOR_ENGINE_UTILIZATION, "Engine utilisation"),
 )
+# The comparison dashboard's variables list the values of the output throughput's labels.
+THROUGHPUT: Final = series.OPERATOR_OUTPUT_TOKENS_PER_SECOND.name
 
 
 def batch_size_comparison() -> models.Dashboard:
@@ -388,7 +414,7 @@ def batch_size_comparison() -> models.Dashboard:
         results_table = results_table.with_target(result_column(metric, ref))
     results_table = results_table.with_target(
         query(
-            f"count by ({RESULT_LABELS}) (batchmark_result_output_tokens_per_second{{{RESULT}}})",
+            f"count by ({RESULT_LABELS}) ({THROUGHPUT}{{{RESULT}}})",
             ref=repeats_ref,
             instant=True,
         )
@@ -401,23 +427,15 @@ def batch_size_comparison() -> models.Dashboard:
         .refresh("1m")
         .time("now-24h", "now")
         .with_variable(datasource_variable())
-        .with_variable(
-            variable("namespace", "Namespace", "label_values(batchmark_result_output_tokens_per_second, namespace)")
-        )
-        .with_variable(
-            variable(
-                "model",
-                "Model",
-                'label_values(batchmark_result_output_tokens_per_second{namespace=~"$namespace"}, model)',
-            )
-        )
+        .with_variable(variable("namespace", "Namespace", f"label_values({THROUGHPUT}, namespace)"))
+        .with_variable(variable("model", "Model", f'label_values({THROUGHPUT}{{namespace=~"$namespace"}}, model)'))
         .with_panel(results_table)
         .with_panel(
             by_batch_size(
                 "Output tokens/s by batch size",
                 "Higher is better: where the bars stop growing, a larger batch buys nothing.",
                 "short",
-                "output_tokens_per_second",
+                series.OPERATOR_OUTPUT_TOKENS_PER_SECOND,
             )
         )
         .with_panel(
@@ -425,11 +443,15 @@ def batch_size_comparison() -> models.Dashboard:
                 "p99 latency by batch size",
                 "Lower is better: the price of a larger batch in tail latency.",
                 "s",
-                "request_latency_p99_seconds",
+                series.OPERATOR_LATENCY_P99,
             )
         )
         .build()
     )
+
+
+# The operator's reconciles, as its dashboard reads them.
+RECONCILES: Final = series.RECONCILES.sample("_total")
 
 
 def operator() -> models.Dashboard:
@@ -441,14 +463,14 @@ def operator() -> models.Dashboard:
         .refresh("30s")
         .time("now-6h", "now")
         .with_variable(datasource_variable())
-        .with_variable(variable("job", "Job", "label_values(batchmark_operator_reconciles_total, job)"))
+        .with_variable(variable("job", "Job", f"label_values({RECONCILES}, job)"))
         .with_panel(
             graph(
                 "Reconciles/s",
                 "Reconciliations per second by outcome (success, error, retry).",
                 "ops",
                 query(
-                    f'sum by (outcome) (rate(batchmark_operator_reconciles_total{{job=~"$job"}}[{RATE}]))',
+                    f'sum by (outcome) (rate({RECONCILES}{{job=~"$job"}}[{RATE}]))',
                     "{{outcome}}",
                 ),
             )
@@ -458,7 +480,7 @@ def operator() -> models.Dashboard:
                 "Reconcile duration",
                 "Quantiles of a reconciliation's duration, all outcomes.",
                 "s",
-                *quantiles("batchmark_operator_reconcile_duration_seconds", 'job=~"$job"', "job", "{{job}} "),
+                *quantiles(series.RECONCILE_DURATION, 'job=~"$job"', "job", "{{job}} "),
             )
         )
         .with_panel(
@@ -467,7 +489,7 @@ def operator() -> models.Dashboard:
                 "Reconciliations that ended in an error, per second.",
                 "ops",
                 query(
-                    f'sum(rate(batchmark_operator_reconciles_total{{job=~"$job", outcome="error"}}[{RATE}]))',
+                    f'sum(rate({RECONCILES}{{job=~"$job", outcome="error"}}[{RATE}]))',
                     "errors",
                 ),
             )
@@ -477,7 +499,7 @@ def operator() -> models.Dashboard:
                 "BatchBenchmarks by phase",
                 "How many BatchBenchmarks are in each phase now.",
                 "short",
-                query('sum by (phase) (batchmark_operator_benchmarks{job=~"$job"})', "{{phase}}"),
+                query(f'sum by (phase) ({series.BENCHMARKS.name}{{job=~"$job"}})', "{{phase}}"),
             )
         )
         .build()

@@ -19,6 +19,7 @@ from batchmark.operator.controller.rbac import OPERATOR_RULES
 from batchmark.operator.controller.service import load_defaults
 from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from dashboards.build import CHART_DASHBOARDS
+from dashboards.promql import contract_problems
 from tests.integration.chart.helm import CHART, NAMESPACE, ROOT, VALUES, find, helm, render, template_arguments
 
 pytestmark = pytest.mark.integration
@@ -427,3 +428,12 @@ def test_promtool_checks_and_unit_tests_the_alerts(tmp_path: Path) -> None:
         [promtool, "test", "rules", str(tmp_path / "alerts.test.yaml")], capture_output=True, text=True, check=False
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_the_rendered_rules_read_declared_series_and_labels() -> None:
+    """What tests/unit/dashboards/test_contract.py checks on the template, on the rules helm renders."""
+    (rule,) = find(render([VALUES / "monitors.yaml"], monitoring=True), "PrometheusRule")
+    exprs = [each["expr"] for group in rule["spec"]["groups"] for each in group["rules"]]
+    assert len(exprs) == 4
+    for expr in exprs:
+        assert not contract_problems(expr), f"{contract_problems(expr)} in {expr}"

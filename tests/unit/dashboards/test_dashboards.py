@@ -1,5 +1,5 @@
-"""The dashboards: the committed JSON is what the code builds, it round-trips through the SDK's models, and every
-query names only series that batchmark declares."""
+"""The dashboards: the committed JSON is what the code builds, and it round-trips through the SDK's models
+(tests/unit/dashboards/test_contract.py checks their queries against the metrics contract)."""
 
 from __future__ import annotations
 
@@ -10,35 +10,14 @@ import pytest
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
-from prometheus_client import CollectorRegistry
 
-from batchmark.operator.controller.metrics import RESULT_LABELS, OperatorMetrics
-from batchmark.runner.observe.metrics import MetricsObserver
 from dashboards.build import CHART_DASHBOARDS, DASHBOARDS, render_all
 from dashboards.promql import queries, series_names, substitute
-from tests.unit.observability_data import CONFIG
-
-# Series Prometheus writes itself, which a dashboard may read.
-PROMETHEUS_OWN: frozenset[str] = frozenset()
 
 
 def committed(file_name: str) -> dict[str, Any]:
     board: dict[str, Any] = json.loads((CHART_DASHBOARDS / file_name).read_text())
     return board
-
-
-def exported(registry: CollectorRegistry) -> set[str]:
-    return {sample.name for family in registry.collect() for sample in family.samples}
-
-
-def declared_series() -> set[str]:
-    """Every series name the runner's and the operator's registries export (each result gauge with a series, as
-    a finished benchmark gives it)."""
-    operator = OperatorMetrics()
-    operator.observe_reconcile("success", 0.1)
-    for gauge in operator.results.values():
-        gauge.labels(*RESULT_LABELS).set(1)
-    return exported(MetricsObserver(CONFIG, "declared").registry) | exported(operator.registry)
 
 
 def test_the_committed_dashboards_are_fresh() -> None:
@@ -75,17 +54,6 @@ def test_the_json_round_trips_through_the_sdk_models(file_name: str) -> None:
     assert json.loads(JSONEncoder(sort_keys=True).encode(Dashboard.from_json(again))) == again
     panel_types = {panel["type"] for panel in original["panels"]}
     assert panel_types <= {"row", "timeseries", "stat", "state-timeline", "table", "barchart"}
-
-
-@pytest.mark.parametrize("file_name", sorted(DASHBOARDS))
-def test_every_query_names_a_declared_series(file_name: str) -> None:
-    board = committed(file_name)
-    found = list(queries(board))
-    assert found
-    names = declared_series()
-    for where, expr in found:
-        for name in series_names(expr):
-            assert name in names | PROMETHEUS_OWN, f"{file_name}: {where} reads {name}, which nothing exports"
 
 
 def test_series_names_reads_names_not_functions_or_labels() -> None:

@@ -1,4 +1,5 @@
-"""The operator's own /metrics (the names are an interface: the chart's dashboards and alerts read them)."""
+"""The operator's own /metrics, built from the metrics contract (batchmark.runner.series): the names are an
+interface, which the chart's dashboards and alerts read."""
 
 from __future__ import annotations
 
@@ -7,27 +8,22 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from batchmark.operator.resource.status import Phase
+from batchmark.runner import series
 
-# One series per benchmark of a resource's status.results, told apart by its batch size, the other swept values
-# ("field=value,..."; empty without a sweep) and, with repeats, which repeat it is ("" without): as many series
-# as the run had benchmarks, which the runner's limits bound, and all gone with the resource.
-RESULT_LABELS = ("namespace", "name", "model", "batch_size", "strategy", "engine", "swept", "repeat")
 SWEPT_LABEL_LIMIT = 256
-# One series per existing BatchBenchmark: alerts route on its namespace and name.
-BENCHMARK_LABELS = ("namespace", "name")
 RECONCILE_OUTCOMES = ("success", "error", "retry")
-# Gauge name -> the field of a status.results entry it shows.
-RESULT_GAUGES = {
-    "batchmark_result_output_tokens_per_second": ("outputTokensPerSecond", "Output tokens per second."),
-    "batchmark_result_total_tokens_per_second": ("totalTokensPerSecond", "Prompt and output tokens per second."),
-    "batchmark_result_requests_per_second": ("requestsPerSecond", "Completed requests per second."),
-    "batchmark_result_request_latency_p50_seconds": ("latencyP50Seconds", "Median request latency, seconds."),
-    "batchmark_result_request_latency_p99_seconds": ("latencyP99Seconds", "p99 request latency, seconds."),
-    "batchmark_result_ttft_p99_seconds": ("ttftP99Seconds", "p99 time to first token, seconds."),
-    "batchmark_result_engine_utilization": ("engineUtilization", "Share of the window the engine was busy, 0-1."),
+# Each result gauge and the field of a status.results entry it shows.
+RESULT_FIELDS: dict[series.Series, str] = {
+    series.OPERATOR_OUTPUT_TOKENS_PER_SECOND: "outputTokensPerSecond",
+    series.OPERATOR_TOTAL_TOKENS_PER_SECOND: "totalTokensPerSecond",
+    series.OPERATOR_REQUESTS_PER_SECOND: "requestsPerSecond",
+    series.OPERATOR_LATENCY_P50: "latencyP50Seconds",
+    series.OPERATOR_LATENCY_P99: "latencyP99Seconds",
+    series.OPERATOR_TTFT_P99: "ttftP99Seconds",
+    series.OPERATOR_ENGINE_UTILIZATION: "engineUtilization",
 }
 
 
@@ -47,41 +43,12 @@ class OperatorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.reconciles = Counter(
-            "batchmark_operator_reconciles",
-            "Reconciles of BatchBenchmarks and their Jobs and pods, by outcome (success, error, retry).",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "batchmark_operator_reconcile_duration_seconds",
-            "Time one reconcile took, by outcome.",
-            ["outcome"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=self.registry,
-        )
-        self.benchmarks = Gauge(
-            "batchmark_operator_benchmarks",
-            "BatchBenchmarks currently in each phase.",
-            ["phase"],
-            registry=self.registry,
-        )
-        self.phase = Gauge(
-            "batchmark_operator_benchmark_phase",
-            "1 for the phase each BatchBenchmark is in (one series per BatchBenchmark, gone with it).",
-            [*BENCHMARK_LABELS, "phase"],
-            registry=self.registry,
-        )
-        self.failed_at = Gauge(
-            "batchmark_operator_benchmark_failure_timestamp_seconds",
-            "When each failed BatchBenchmark failed (its status.completionTime), Unix seconds, by its reason.",
-            [*BENCHMARK_LABELS, "reason"],
-            registry=self.registry,
-        )
-        self.results = {
-            name: Gauge(name, help_text, RESULT_LABELS, registry=self.registry)
-            for name, (_, help_text) in RESULT_GAUGES.items()
-        }
+        self.reconciles = series.counter(series.RECONCILES, self.registry)
+        self.duration = series.histogram(series.RECONCILE_DURATION, self.registry)
+        self.benchmarks = series.gauge(series.BENCHMARKS, self.registry)
+        self.phase = series.gauge(series.BENCHMARK_PHASE, self.registry)
+        self.failed_at = series.gauge(series.BENCHMARK_FAILURE, self.registry)
+        self.results = {declared: series.gauge(declared, self.registry) for declared in RESULT_FIELDS}
         self._lock = threading.Lock()
         self._phases: dict[tuple[str, str], str] = {}
         self._failures: dict[tuple[str, str], str] = {}
@@ -153,10 +120,10 @@ class OperatorMetrics:
                     swept_label(swept),
                     "" if entry.get("repeat") is None else str(entry.get("repeat")),
                 )
-                for gauge_name, (field, _) in RESULT_GAUGES.items():
+                for declared, field in RESULT_FIELDS.items():
                     value = entry.get(field)
                     if isinstance(value, int | float):
-                        self.results[gauge_name].labels(*labels).set(value)
+                        self.results[declared].labels(*labels).set(value)
                 series.append(labels)
             self._series[(namespace, name)] = series
 

@@ -10,13 +10,12 @@ changes between its points: as many values as the sweep has); no other label tak
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any, Final
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 
-from batchmark.runner import __version__
+from batchmark.runner import __version__, series
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.results.report import BenchmarkResult
@@ -24,49 +23,6 @@ from batchmark.runner.run.events import BatchEvent, Phase, Progress, RunObserver
 
 PHASES: Final[tuple[Phase, ...]] = ("loading", "warmup", "measuring", "cooldown", "done")
 OUTCOMES: Final = ("success", "error", "incomplete")
-# Waits and latencies from 1 ms (a tiny batch on a fast GPU) to 1 h (a huge offline batch), roughly three
-# buckets per decade, so a histogram_quantile() stays within a factor of about 2 anywhere in that range.
-SECONDS_BUCKETS: Final[tuple[float, ...]] = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    25.0,
-    50.0,
-    100.0,
-    250.0,
-    500.0,
-    1000.0,
-    1800.0,
-    3600.0,
-)
-# The harness's own time per batch: tens of microseconds when all is well, milliseconds when it is not.
-OVERHEAD_BUCKETS: Final[tuple[float, ...]] = (
-    0.00001,
-    0.000025,
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    1.0,
-)
 
 
 def batch_size_buckets(batch_size: int) -> tuple[float, ...]:
@@ -88,81 +44,26 @@ class MetricsObserver(RunObserver):
     def __init__(self, config: RunConfig, run_id: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self._run_labels = {"benchmark": config.name, "run_id": run_id}
-        names = [*self._run_labels, "batch_size"]
         registry = self.registry
         sizes = [config.backend.batch_size, *(config.sweep.batch_size or [] if config.sweep is not None else [])]
-
-        def counter(name: str, documentation: str, extra: Sequence[str] = ()) -> Counter:
-            return Counter(name, documentation, [*names, *extra], registry=registry)
-
-        def histogram(name: str, documentation: str, buckets: Sequence[float]) -> Histogram:
-            return Histogram(name, documentation, names, buckets=buckets, registry=registry)
-
-        def gauge(name: str, documentation: str, extra: Sequence[str] = ()) -> Gauge:
-            return Gauge(name, documentation, [*names, *extra], registry=registry)
-
-        self._requests_family = counter(
-            "batchmark_requests",
-            "Measured requests by outcome: success, error, or incomplete (in flight when a benchmark stopped).",
-            ["outcome"],
+        self._requests_family = series.counter(series.REQUESTS, registry)
+        self._prompt_tokens_family = series.counter(series.PROMPT_TOKENS, registry)
+        self._output_tokens_family = series.counter(series.OUTPUT_TOKENS, registry)
+        self._latency_family = series.histogram(series.REQUEST_LATENCY, registry)
+        self._queue_wait_family = series.histogram(series.QUEUE_WAIT, registry)
+        self._batch_wait_family = series.histogram(series.BATCH_WAIT, registry)
+        self._batch_duration_family = series.histogram(series.BATCH_DURATION, registry)
+        self._dispatch_overhead_family = series.histogram(series.DISPATCH_OVERHEAD, registry)
+        self._engine_busy_family = series.counter(series.ENGINE_BUSY, registry)
+        self._engine_steps_family = series.counter(series.ENGINE_STEPS, registry)
+        self._batch_size_family = series.histogram(
+            series.EFFECTIVE_BATCH_SIZE, registry, batch_size_buckets(max(sizes))
         )
-        self._prompt_tokens_family = counter(
-            "batchmark_prompt_tokens", "Prompt tokens of measured successful requests, as the engine counted."
-        )
-        self._output_tokens_family = counter(
-            "batchmark_output_tokens", "Tokens generated for measured successful requests."
-        )
-        self._latency_family = histogram(
-            "batchmark_request_latency_seconds", "Enqueue to completion of measured requests.", SECONDS_BUCKETS
-        )
-        self._queue_wait_family = histogram(
-            "batchmark_queue_wait_seconds", "Enqueue to dispatch into the engine.", SECONDS_BUCKETS
-        )
-        self._batch_wait_family = histogram(
-            "batchmark_batch_wait_seconds",
-            "Enqueue until the request's micro-batch was complete (filled or timed out).",
-            SECONDS_BUCKETS,
-        )
-        self._batch_duration_family = histogram(
-            "batchmark_batch_duration_seconds", "One generate() call of a measured micro-batch.", SECONDS_BUCKETS
-        )
-        self._dispatch_overhead_family = histogram(
-            "batchmark_dispatch_overhead_seconds",
-            "The harness's own time per measured batch (per report in continuous dispatch), outside the engine's "
-            "calls: the engine waits for all of it.",
-            OVERHEAD_BUCKETS,
-        )
-        self._engine_busy_family = counter(
-            "batchmark_engine_busy_seconds",
-            "Seconds inside the engine's own calls (generate() or step()) for measured batches; its rate is the "
-            "engine utilisation.",
-        )
-        self._engine_steps_family = counter(
-            "batchmark_engine_steps", "Engine steps (scheduler iterations) of measured batches."
-        )
-        self._batch_size_family = histogram(
-            "batchmark_effective_batch_size",
-            "Requests per measured micro-batch, as dispatched.",
-            batch_size_buckets(max(sizes)),
-        )
-        self._in_flight_family = gauge("batchmark_requests_in_flight", "Requests issued and not finished.")
-        self._queued_family = gauge(
-            "batchmark_requests_queued", "Requests waiting in the engine worker for a micro-batch."
-        )
-        self._load_seconds_family = gauge(
-            "batchmark_engine_load_seconds", "Time to load the engine, outside every timed phase."
-        )
-        self._phase_family = gauge(
-            "batchmark_phase",
-            "1 for the phase the run is in (loading, warmup, measuring, cooldown, done), 0 for the others.",
-            ["phase"],
-        )
-        run_info = Info(
-            "batchmark",
-            "The run: model, backend, engine, batch size and batchmark's version.",
-            list(self._run_labels),
-            registry=registry,
-        )
+        self._in_flight_family = series.gauge(series.REQUESTS_IN_FLIGHT, registry)
+        self._queued_family = series.gauge(series.REQUESTS_QUEUED, registry)
+        self._load_seconds_family = series.gauge(series.ENGINE_LOAD, registry)
+        self._phase_family = series.gauge(series.PHASE, registry)
+        run_info = series.info(series.RUN_INFO, registry)
         run_info.labels(**self._run_labels).info(
             {
                 "model": config.backend.model,

@@ -13,12 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
+from prometheus_client import CollectorRegistry, pushadd_to_gateway
 
-from batchmark.runner import __version__
-from batchmark.runner.results.report import RunReport
+from batchmark.runner import __version__, series
+from batchmark.runner.results.report import RepeatedBenchmark, RunReport
 
-JOB: Final = "batchmark"
 QUANTILE_FIELDS: Final = {"median": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99", "p999": "0.999"}
 # Stop reasons that mean the benchmark did not finish its job, whatever it measured before.
 FAILED_STOP_REASONS: Final = frozenset({"max_errors", "max_error_rate"})
@@ -35,113 +34,96 @@ def run_succeeded(report: RunReport | None) -> bool:
     )
 
 
+# A benchmark's label set in the push: its strategy, its batch size and the other swept values.
+BenchmarkLabels = tuple[str, str, str]
+
+
 def results_registry(name: str, report: RunReport | None, now: float | None = None) -> CollectorRegistry:
     """The series of one push: the results and the success timestamp on success, the failure time alone
     otherwise."""
     registry = CollectorRegistry(auto_describe=True)
     now = time.time() if now is None else now
     if not run_succeeded(report):
-        Gauge(
-            "batchmark_last_failure_timestamp_seconds",
-            "When the last failed run of this benchmark ended, Unix seconds.",
-            registry=registry,
-        ).set(now)
+        series.gauge(series.LAST_FAILURE, registry).set(now)
         return registry
     assert report is not None
-    Gauge(
-        "batchmark_last_success_timestamp_seconds",
-        "When the last successful run of this benchmark ended, Unix seconds.",
-        registry=registry,
-    ).set(now)
-    info = Gauge(
-        "batchmark_result_info",
-        "The run the results come from: run id, model, engine, batch size and batchmark's version.",
-        ["run_id", "model", "engine", "batch_size", "version"],
-        registry=registry,
-    )
-    info.labels(
+    series.gauge(series.LAST_SUCCESS, registry).set(now)
+    _push_run_info(registry, report)
+    labels = _benchmark_labels(report)
+    repeated_of = {index: entry for entry in report.repeated or [] for index in entry.benchmarks}
+    _push_throughputs(registry, report, labels, repeated_of)
+    _push_counts(registry, report, labels)
+    _push_verdicts(registry, report, labels, repeated_of)
+    return registry
+
+
+def _push_run_info(registry: CollectorRegistry, report: RunReport) -> None:
+    series.gauge(series.RESULT_INFO, registry).labels(
         run_id=report.run_id,
         model=report.engine.model,
         engine=report.engine.kind,
         batch_size=str(report.config.get("backend", {}).get("batch_size", "")),
         version=__version__,
     ).set(1)
-    # One label set per benchmark of the run: its strategy, its batch size and the other swept values (empty
-    # without a sweep). A sweep has a bounded handful (MAX_SWEEP_BENCHMARKS), and each push replaces the last.
-    strategy = ["strategy", "batch_size", "swept"]
+
+
+def _benchmark_labels(report: RunReport) -> list[BenchmarkLabels]:
+    """One label set per benchmark of the run (empty swept values without a sweep). A sweep has a bounded handful
+    (MAX_SWEEP_BENCHMARKS), and each push replaces the last."""
     default_batch_size = report.config.get("backend", {}).get("batch_size", "")
-
-    def gauge(metric: str, documentation: str, extra: list[str] | None = None) -> Gauge:
-        return Gauge(metric, documentation, strategy + (extra or []), registry=registry)
-
-    throughput = {
-        "requests": gauge("batchmark_result_requests_per_second", "Completed requests per measured second."),
-        "output": gauge("batchmark_result_output_tokens_per_second", "Generated tokens per measured second."),
-        "prompt": gauge("batchmark_result_prompt_tokens_per_second", "Prompt tokens per measured second."),
-        "total": gauge("batchmark_result_total_tokens_per_second", "Prompt and generated tokens per second."),
-    }
-    requests = gauge("batchmark_result_requests", "Requests of the benchmark by outcome.", ["outcome"])
-    tokens = gauge("batchmark_result_tokens", "Tokens of measured requests by kind (prompt, output).", ["kind"])
-    latency = gauge("batchmark_result_request_latency_seconds", "Quantiles of the request latency.", ["quantile"])
-    duration = gauge("batchmark_result_duration_seconds", "The whole benchmark, warm-up and cool-down included.")
-    measured = gauge("batchmark_result_measured_duration_seconds", "The measured window of the benchmark.")
-    utilization = gauge("batchmark_result_engine_utilization_ratio", "Share of the window the engine generated.")
-    budgeted = any(benchmark.slo is not None for benchmark in report.benchmarks)
-    priced = any(benchmark.cost is not None for benchmark in report.benchmarks)
-    if budgeted:
-        slo_met = gauge("batchmark_result_slo_met", "1 when the benchmark met every target of the latency budget.")
-        goodput_requests = gauge(
-            "batchmark_result_goodput_requests_per_second", "Requests per second that met every per-request target."
-        )
-        goodput_output = gauge(
-            "batchmark_result_goodput_output_tokens_per_second",
-            "Output tokens per second of the requests that met every per-request target.",
-        )
-    if priced:
-        cost = gauge(
-            "batchmark_result_cost_per_million_tokens",
-            "Cost of a million tokens (kind: output or total) at the given GPU price.",
-            ["kind"],
-        )
-    recommended = gauge(
-        "batchmark_result_recommended", "1 for the recommended benchmark (highest output tokens/s within budget)."
-    )
-    chosen = report.recommendation.benchmark if report.recommendation is not None else None
-    # With repeats, a benchmark's repeats share one label set: the throughput series carry the mean over them,
-    # the interval and the repeat count come as series of their own, and the recommended mark covers them all.
-    repeated_of = {index: entry for entry in report.repeated or [] for index in entry.benchmarks}
-    if report.repeated:
-        interval = gauge(
-            "batchmark_result_output_tokens_per_second_interval",
-            "With repeats: the 95% confidence interval of the mean output tokens/s (bound: low or high).",
-            ["bound"],
-        )
-        repeats = gauge("batchmark_result_repeats", "With repeats: measurements the mean figures come from.")
-        if chosen is not None and chosen in repeated_of:
-            chosen_group = set(repeated_of[chosen].benchmarks)
-    for index, benchmark in enumerate(report.benchmarks):
-        label = (
+    return [
+        (
             benchmark.strategy,
             str(benchmark.batch_size or default_batch_size),
             ",".join(f"{name}={value}" for name, value in benchmark.swept.items() if name != "batch_size"),
         )
-        throughput["requests"].labels(*label).set(benchmark.throughput.requests_per_second)
-        throughput["output"].labels(*label).set(benchmark.throughput.output_tokens_per_second)
-        throughput["prompt"].labels(*label).set(benchmark.throughput.prompt_tokens_per_second)
-        throughput["total"].labels(*label).set(benchmark.throughput.total_tokens_per_second)
+        for benchmark in report.benchmarks
+    ]
+
+
+def _push_throughputs(
+    registry: CollectorRegistry,
+    report: RunReport,
+    labels: list[BenchmarkLabels],
+    repeated_of: dict[int, RepeatedBenchmark],
+) -> None:
+    """Requests and tokens per second. With repeats, a benchmark's repeats share one label set: the throughput
+    series carry the mean over them, and the interval and the repeat count come as series of their own."""
+    requests = series.gauge(series.RESULT_REQUESTS_PER_SECOND, registry)
+    output = series.gauge(series.RESULT_OUTPUT_TOKENS_PER_SECOND, registry)
+    prompt = series.gauge(series.RESULT_PROMPT_TOKENS_PER_SECOND, registry)
+    total = series.gauge(series.RESULT_TOTAL_TOKENS_PER_SECOND, registry)
+    if report.repeated:
+        interval = series.gauge(series.RESULT_OUTPUT_TOKENS_PER_SECOND_INTERVAL, registry)
+        repeats = series.gauge(series.RESULT_REPEATS, registry)
+    for index, (benchmark, label) in enumerate(zip(report.benchmarks, labels, strict=True)):
         entry = repeated_of.get(index)
-        if entry is not None:
-            throughput["requests"].labels(*label).set(entry.requests_per_second.mean)
-            throughput["output"].labels(*label).set(entry.output_tokens_per_second.mean)
-            throughput["total"].labels(*label).set(entry.total_tokens_per_second.mean)
-            throughput["prompt"].labels(*label).set(
-                entry.total_tokens_per_second.mean - entry.output_tokens_per_second.mean
-            )
-            repeats.labels(*label).set(entry.output_tokens_per_second.count)
-            for bound in ("low", "high"):
-                value = getattr(entry.output_tokens_per_second, bound)
-                if value is not None:
-                    interval.labels(*label, bound).set(value)
+        if entry is None:
+            requests.labels(*label).set(benchmark.throughput.requests_per_second)
+            output.labels(*label).set(benchmark.throughput.output_tokens_per_second)
+            prompt.labels(*label).set(benchmark.throughput.prompt_tokens_per_second)
+            total.labels(*label).set(benchmark.throughput.total_tokens_per_second)
+            continue
+        requests.labels(*label).set(entry.requests_per_second.mean)
+        output.labels(*label).set(entry.output_tokens_per_second.mean)
+        total.labels(*label).set(entry.total_tokens_per_second.mean)
+        prompt.labels(*label).set(entry.total_tokens_per_second.mean - entry.output_tokens_per_second.mean)
+        repeats.labels(*label).set(entry.output_tokens_per_second.count)
+        for bound in ("low", "high"):
+            value = getattr(entry.output_tokens_per_second, bound)
+            if value is not None:
+                interval.labels(*label, bound).set(value)
+
+
+def _push_counts(registry: CollectorRegistry, report: RunReport, labels: list[BenchmarkLabels]) -> None:
+    """Requests by outcome, tokens by kind, the latency's quantiles, the durations and the engine's share."""
+    requests = series.gauge(series.RESULT_REQUESTS, registry)
+    tokens = series.gauge(series.RESULT_TOKENS, registry)
+    latency = series.gauge(series.RESULT_REQUEST_LATENCY, registry)
+    duration = series.gauge(series.RESULT_DURATION, registry)
+    measured = series.gauge(series.RESULT_MEASURED_DURATION, registry)
+    utilization = series.gauge(series.RESULT_ENGINE_UTILIZATION_RATIO, registry)
+    for benchmark, label in zip(report.benchmarks, labels, strict=True):
         requests.labels(*label, "success").set(benchmark.requests.completed)
         requests.labels(*label, "error").set(benchmark.requests.errored)
         requests.labels(*label, "incomplete").set(benchmark.requests.incomplete)
@@ -155,22 +137,41 @@ def results_registry(name: str, report: RunReport | None, now: float | None = No
         duration.labels(*label).set(benchmark.duration)
         measured.labels(*label).set(benchmark.measured_duration)
         utilization.labels(*label).set(benchmark.engine_utilization)
-        if entry is not None and chosen in repeated_of:
-            recommended.labels(*label).set(1 if index in chosen_group else 0)
-        else:
-            recommended.labels(*label).set(1 if index == chosen else 0)
-        if budgeted and benchmark.slo is not None:
-            slo_met.labels(*label).set(1 if benchmark.slo.met else 0)
-            goodput_requests.labels(*label).set(benchmark.slo.goodput.requests_per_second)
-            goodput_output.labels(*label).set(benchmark.slo.goodput.output_tokens_per_second)
-        if priced and benchmark.cost is not None:
+
+
+def _push_verdicts(
+    registry: CollectorRegistry,
+    report: RunReport,
+    labels: list[BenchmarkLabels],
+    repeated_of: dict[int, RepeatedBenchmark],
+) -> None:
+    """The recommendation (with repeats it marks all of the chosen benchmark's), and where the run has a latency
+    budget or a GPU price, each benchmark's verdict, goodput and cost."""
+    chosen = report.recommendation.benchmark if report.recommendation is not None else None
+    chosen_group = set(repeated_of[chosen].benchmarks) if chosen in repeated_of else {chosen}
+    recommended = series.gauge(series.RESULT_RECOMMENDED, registry)
+    for index, label in enumerate(labels):
+        recommended.labels(*label).set(1 if index in chosen_group else 0)
+    if any(benchmark.slo is not None for benchmark in report.benchmarks):
+        slo_met = series.gauge(series.RESULT_SLO_MET, registry)
+        goodput_requests = series.gauge(series.RESULT_GOODPUT_REQUESTS_PER_SECOND, registry)
+        goodput_output = series.gauge(series.RESULT_GOODPUT_OUTPUT_TOKENS_PER_SECOND, registry)
+        for benchmark, label in zip(report.benchmarks, labels, strict=True):
+            if benchmark.slo is not None:
+                slo_met.labels(*label).set(1 if benchmark.slo.met else 0)
+                goodput_requests.labels(*label).set(benchmark.slo.goodput.requests_per_second)
+                goodput_output.labels(*label).set(benchmark.slo.goodput.output_tokens_per_second)
+    if any(benchmark.cost is not None for benchmark in report.benchmarks):
+        cost = series.gauge(series.RESULT_COST_PER_MILLION_TOKENS, registry)
+        for benchmark, label in zip(report.benchmarks, labels, strict=True):
+            if benchmark.cost is None:
+                continue
             for kind, price in (
                 ("output", benchmark.cost.per_million_output_tokens),
                 ("total", benchmark.cost.per_million_total_tokens),
             ):
                 if price is not None:
                     cost.labels(*label, kind).set(price)
-    return registry
 
 
 @dataclass
@@ -203,7 +204,11 @@ def push_results(
     for attempt in range(1, attempts + 1):
         try:
             pushadd_to_gateway(
-                gateway, job=JOB, grouping_key={"benchmark": name}, registry=registry, timeout=request_timeout
+                gateway,
+                job=series.PUSH_JOB,
+                grouping_key={"benchmark": name},
+                registry=registry,
+                timeout=request_timeout,
             )
         except Exception as failure:  # any failure (refused, DNS, HTTP 4xx/5xx, a bad URL) is reported, never raised
             error = f"{type(failure).__name__}: {failure}"

@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchmark.runner import __version__
 from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.engines.base import EngineInfo
-from batchmark.runner.observe.metrics import SECONDS_BUCKETS, MetricsObserver, MetricsServer, batch_size_buckets
+from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer, batch_size_buckets
 from batchmark.runner.run.events import BatchEvent, Progress
+from batchmark.runner.series import SECONDS_BUCKETS
 from tests.unit.observability_data import CONFIG, batch, benchmark
 
 LABELS = {"benchmark": "unit", "run_id": "r1", "batch_size": "4"}
