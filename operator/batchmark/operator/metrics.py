@@ -10,12 +10,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from batchmark.operator.api import PHASES
+from batchmark.runner.config import BackendConfig
 
 # One series per benchmark of a resource's status.results, told apart by its batch size, the other swept values
 # ("field=value,..."; empty without a sweep) and, with repeats, which repeat it is ("" without): as many series
 # as the run had benchmarks, which the runner's limits bound, and all gone with the resource.
 RESULT_LABELS = ("namespace", "name", "model", "batch_size", "strategy", "engine", "swept", "repeat")
 SWEPT_LABEL_LIMIT = 256
+DEFAULT_ENGINE = str(BackendConfig.model_fields["engine"].default)  # a spec that names no engine runs this one
 # One series per existing BatchBenchmark: alerts route on its namespace and name.
 BENCHMARK_LABELS = ("namespace", "name")
 RECONCILE_OUTCOMES = ("success", "error", "retry")
@@ -135,7 +137,7 @@ class OperatorMetrics:
         backend = spec.get("backend") or {}
         model = str(backend.get("model", ""))
         default_batch_size = backend.get("batchSize", backend.get("batch_size", ""))
-        engine = str(backend.get("engine", "vllm"))
+        engine = str(backend.get("engine", DEFAULT_ENGINE))
         with self._lock:
             self._drop(namespace, name)
             series: list[tuple[str, ...]] = []
