@@ -17,7 +17,7 @@ from batchmark.runner.dispatch.messages import BatchReport, Stop, Submit
 from batchmark.runner.dispatch.reporter import Reporter
 from batchmark.runner.dispatch.worker import EngineWorker, _QueueSwitch, _receive_requests
 from batchmark.runner.engines.base import WorkItem
-from batchmark.runner.engines.factory import load_engine
+from batchmark.runner.engines.simulated_engine import load_simulated_engine
 
 pytestmark = pytest.mark.integration
 
@@ -130,7 +130,7 @@ def test_reports_carry_engine_time_steps_overhead_and_harness_cpu() -> None:
 
 
 def test_prompts_are_built_by_the_receiving_thread_as_requests_arrive() -> None:
-    engine = load_engine(backend_config(), seed=1)
+    engine = load_simulated_engine(backend_config(), seed=1)
     built_on: list[str] = []
 
     class Recording:

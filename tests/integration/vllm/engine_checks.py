@@ -19,7 +19,6 @@ from typing import Any
 from batchmark.runner.config.backend import VllmPythonBatchBackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Completion, GenerateEngine, WorkItem
-from batchmark.runner.engines.factory import load_engine
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.request_format import (
     ChatPromptBuilder,
@@ -27,7 +26,7 @@ from batchmark.runner.engines.request_format import (
     fitted_text,
     parse_request_format,
 )
-from batchmark.runner.engines.vllm_engine import special_token_ids
+from batchmark.runner.engines.vllm_engine import load_vllm_engine, special_token_ids
 
 JINJA = "### Question\n{% for m in messages %}{{ m['content'] }}{% endfor %}\n### Answer\n"
 BROKEN_JINJA = "{{ messages[0]['content'] | no_such_filter }}"
@@ -60,7 +59,7 @@ def main() -> None:
     )
     results: dict[str, Any] = {}
     started = time.monotonic()
-    engine = load_engine(config, seed=7)
+    engine = load_vllm_engine(config, seed=7)
     results["load_seconds"] = time.monotonic() - started
     assert isinstance(engine, GenerateEngine)
     results["info"] = {"kind": engine.info.kind, "version": engine.info.version, "details": engine.info.details}

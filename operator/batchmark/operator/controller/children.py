@@ -31,15 +31,13 @@ from batchmark.runner.contract import (
     ENV_UID,
     TERMINATION_MESSAGE_PATH,
 )
+from batchmark.runner.engines.registry import engine_entry
 
 SHM_PATH = "/dev/shm"
 RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
-# The runner container's requests where spec.resources gives neither a request nor a limit: vLLM loads the
-# model through host memory and tokenizes on the CPU; the simulated engine is one small Python process.
-DEFAULT_REQUESTS = {"vllm": {"cpu": "2", "memory": "8Gi"}, "simulated": {"cpu": "100m", "memory": "256Mi"}}
 
 
 def labels(name: str) -> dict[str, str]:
@@ -141,17 +139,8 @@ def role_binding(owner: Owner) -> dict[str, Any]:
 
 
 def gpu_count(spec: BatchBenchmarkSpec) -> int:
-    """GPUs vLLM needs: tensor_parallel_size x pipeline_parallel_size of vllmConfig (1 each when unset)."""
-    if spec.backend.engine != "vllm":
-        return 0
-    settings = spec.backend.vllm_config
-    count = 1
-    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
-        value = settings.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"spec.backend.vllmConfig.{key} must be a positive integer, got {value!r}")
-        count *= value
-    return count
+    """GPUs the engine needs (vLLM: tensor_parallel_size x pipeline_parallel_size of vllmConfig)."""
+    return engine_entry(spec.backend.engine).pod.gpus(spec.backend.vllm_config, "spec.backend.vllmConfig")
 
 
 def job(
@@ -267,16 +256,16 @@ def job(
 
 
 def resources(spec: BatchBenchmarkSpec, gpus: int) -> dict[str, dict[str, str]]:
-    """spec.resources merged with what the engine needs: the GPUs vLLM uses, unless the spec names
-    nvidia.com/gpu itself (0 included), and CPU and memory requests where neither a request nor a limit is
-    given (a pod with none is the first the kubelet evicts)."""
+    """spec.resources merged with what the engine needs (its registry entry's pod needs): its GPUs, unless the
+    spec names nvidia.com/gpu itself (0 included), and CPU and memory requests where neither a request nor a
+    limit is given (a pod with none is the first the kubelet evicts)."""
     given = spec.resources.model_dump(exclude_none=True) if spec.resources is not None else {}
     # Quantities as strings, as the API writes them back (2 and "2" are the same quantity).
     limits = {resource: str(amount) for resource, amount in (given.get("limits") or {}).items()}
     requests = {resource: str(amount) for resource, amount in (given.get("requests") or {}).items()}
     if gpus and GPU_RESOURCE not in limits and GPU_RESOURCE not in requests:
         limits[GPU_RESOURCE] = str(gpus)
-    for resource, amount in DEFAULT_REQUESTS[spec.backend.engine].items():
+    for resource, amount in engine_entry(spec.backend.engine).pod.requests.items():
         if resource not in requests and resource not in limits:
             requests[resource] = amount
     return {kind: amounts for kind, amounts in (("limits", limits), ("requests", requests)) if amounts}

@@ -12,8 +12,10 @@ from prometheus_client import CollectorRegistry
 
 from batchmark.operator.resource.status import Phase
 from batchmark.runner import series
+from batchmark.runner.config.backend import BackendConfig
 
 SWEPT_LABEL_LIMIT = 256
+DEFAULT_ENGINE = str(BackendConfig.model_fields["engine"].default)  # a spec that names no engine runs this one
 RECONCILE_OUTCOMES = ("success", "error", "retry")
 # Each result gauge and the field of a status.results entry it shows.
 RESULT_FIELDS: dict[series.Series, str] = {
@@ -102,7 +104,7 @@ class OperatorMetrics:
         backend = spec.get("backend") or {}
         model = str(backend.get("model", ""))
         default_batch_size = backend.get("batchSize", backend.get("batch_size", ""))
-        engine = str(backend.get("engine", "vllm"))
+        engine = str(backend.get("engine", DEFAULT_ENGINE))
         with self._lock:
             self._drop(namespace, name)
             series: list[tuple[str, ...]] = []

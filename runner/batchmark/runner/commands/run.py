@@ -18,7 +18,7 @@ from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTP
 from batchmark.runner.data.records import DataError
 from batchmark.runner.dispatch.process_group import engine_processes, leftover_engines_warning
 from batchmark.runner.engines.engine_args import EngineArgumentError
-from batchmark.runner.engines.factory import EngineUnavailable
+from batchmark.runner.engines.entry import EngineUnavailable
 from batchmark.runner.engines.request_format import RequestFormatError
 from batchmark.runner.lifecycle.shutdown import Shutdown
 from batchmark.runner.observe.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning

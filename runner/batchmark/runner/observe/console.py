@@ -1,4 +1,4 @@
-"""The terminal: a banner for the simulated engine, a live progress bar, and the summary table."""
+"""The terminal: the engine's banner (the simulated engine's warning), a live progress bar, and the summary table."""
 
 from __future__ import annotations
 
@@ -11,19 +11,20 @@ from rich.table import Table
 from rich.text import Text
 
 from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.engines.registry import UnknownEngine, engine_entry
 from batchmark.runner.results.notes import run_notes
 from batchmark.runner.results.report import Estimate, RunReport
 from batchmark.runner.run import events
 from batchmark.runner.run.profiles import Strategy
 
-SIMULATED_BANNER = (
-    "SIMULATED ENGINE: no model ran. Timings come from batchmark's model of vLLM on {gpu}; "
-    "use them to test the harness, never as measurements."
-)
 
-
-def simulated_banner(gpu_name: str | None) -> str:
-    return SIMULATED_BANNER.format(gpu=gpu_name or "a GPU")
+def engine_banner(report: RunReport) -> str | None:
+    """What the engine warns of above its results (a simulated engine: nothing was measured); None: nothing."""
+    try:
+        banner = engine_entry(report.engine.kind).banner
+    except UnknownEngine:  # a report read from a file may name an engine this version lacks
+        return None
+    return banner.format(gpu=report.engine.gpu_name or "a GPU") if banner is not None else None
 
 
 def print_error(console: Console, command: str, message: str, label: str = "error", style: str = "bold red") -> None:
@@ -53,7 +54,7 @@ class ConsoleObserver(events.RunObserver):
         self._task: TaskID | None = None
 
     def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
-        label = "SIMULATED engine (timings modelled, not measured)" if info.kind == "simulated" else "engine vllm"
+        label = engine_entry(info.kind).loaded_label
         print_plain(self.console, f"{label}: loaded {info.model} in {load_seconds:.2f} s")
 
     def on_sweep_point(self, values: dict[str, Any], position: int, total: int) -> None:
@@ -253,8 +254,9 @@ def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
 
 
 def print_summary(console: Console, report: RunReport) -> None:
-    if report.engine.simulated:
-        console.print(Panel(Text(simulated_banner(report.engine.gpu_name)), style="bold yellow"))
+    banner = engine_banner(report)
+    if banner is not None:
+        console.print(Panel(Text(banner), style="bold yellow"))
     for table in summary_tables(report):
         console.print(table)
     for note in run_notes(report):

@@ -50,6 +50,7 @@ from batchmark.runner.contract import (
     check_status_writes,
 )
 from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.engines.registry import engine_summary
 from batchmark.runner.results.report import RunReport
 from batchmark.runner.results.summary import engine_status, run_summary, termination_message
 from batchmark.runner.run.events import Progress, RunObserver
@@ -213,14 +214,9 @@ class StatusWriter(RunObserver):
     # --- observer -------------------------------------------------------------------------------------------
 
     def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
-        self._engine = EngineStatus(
-            kind="simulated" if info.kind == "simulated" else "vllm",
-            simulated=info.kind == "simulated",
-            model=info.model,
-            version=info.version,
-            gpu_name=info.gpu_name,
-            load_seconds=round(load_seconds, 4),
-        )
+        # The load time to a tenth of a millisecond here; the end-of-run status gives it to 4 significant digits.
+        loaded = engine_status(engine_summary(info, load_seconds))
+        self._engine = loaded.model_copy(update={"load_seconds": round(load_seconds, 4)})
         # At once: this is what moves the phase from LoadingEngine to Running.
         self._queue(self._progress(None), urgent=True)
 

