@@ -3,8 +3,9 @@
 
 - run.md: every option of `batchmark run` (its argparse parser) and every field of a run's config (the runner's
   config models, through their JSON schema), with type, default, bounds or allowed values and description;
-- crd.md: every field of the BatchBenchmark CRD with the description `kubectl explain` shows (the generated
-  CRD's openAPIV3Schema);
+- crd.md: every field of the BatchBenchmark CRD with the description `kubectl explain` shows (the openAPIV3Schema
+  of the CRD in crds/, which `batchmark crd` generates from the models and tests/unit/operator/test_crd.py keeps
+  fresh: reading it leaves this tool free of the operator's module layout);
 - chart-values.md: every value of the Helm chart (values.schema.json), with its default and comment from
   values.yaml.
 
@@ -23,13 +24,13 @@ from typing import Any, Final
 
 import yaml
 
-from batchmark.operator.crd import custom_resource_definition
 from batchmark.runner.cli import build_parser
 from batchmark.runner.config import RunConfig
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 REFERENCE: Final = ROOT / "docs" / "reference"
 CHART: Final = ROOT / "charts" / "batchmark"
+CRDS: Final = ROOT / "crds"
 COMMAND: Final = "python -m docs.generate"
 
 Schema = dict[str, Any]
@@ -302,7 +303,11 @@ def crd_children(node: Schema) -> Iterator[tuple[str, Schema, bool]]:
 
 
 def crd_reference() -> str:
-    definition = custom_resource_definition()
+    (definition,) = [
+        document
+        for path in sorted(CRDS.glob("*.yaml"))
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    ]
     names = definition["spec"]["names"]
     (version,) = definition["spec"]["versions"]
     root: Schema = version["schema"]["openAPIV3Schema"]

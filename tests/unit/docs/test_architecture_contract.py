@@ -28,8 +28,8 @@ def section() -> str:
 
 
 def listed(name: str) -> list[str]:
-    """The names the section quotes in the parentheses after a contract.py name: `NAME` (`a`, `b`) or (`NAME`: ...)."""
-    match = re.search(rf"`{name}`(?: \(|:)([^)]*)\)", section())
+    """The names the section quotes in the first parentheses after a contract.py name: `NAME`, words (`a`, `b`)."""
+    match = re.search(rf"`{name}`[^()]*?\(([^)]*)\)", section())
     assert match, f"the contract section lists no {name}"
     return re.findall(r"`([^`]+)`", match.group(1))
 
