@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 BATCHMARK = [sys.executable, "-m", "batchmark.runner.cli"]
 DATA = "kind=synthetic_text,prompt_tokens=64,output_tokens=32"
-# The bounds the README states: when `batchmark run` exits on its own, every process it started has ended
+# The bounds docs/engine.md states: when `batchmark run` exits on its own, every process it started has ended
 # (Python's multiprocessing resource tracker, a child of the main process, notices within a moment);
 # when the main process is SIGKILLed, its worker ends the whole group on the parent-death signal.
 AFTER_EXIT_SECONDS = 2.0
@@ -122,7 +122,7 @@ def test_no_process_outlives_the_run(
     alive, _ = wait_gone(started, AFTER_EXIT_SECONDS)
     assert alive == [], f"{ending}: still running after `batchmark run` exited: {alive}"
     if exit_code is None:
-        assert process.returncode == 3, stderr  # the README's exit code for an engine that died
+        assert process.returncode == 3, stderr  # docs/running.md's exit code for an engine that died
         assert "killed by SIGKILL" in stderr
     else:
         assert process.returncode == exit_code, stderr

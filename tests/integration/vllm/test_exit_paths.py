@@ -22,7 +22,7 @@ from tests.integration.vllm.conftest import RunningBatchmark, VllmSetup
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
-# The bounds the README states (tests/integration/runner/test_process_lifetime.py uses the same): vLLM's
+# The bounds docs/engine.md states (tests/integration/runner/test_process_lifetime.py uses the same): vLLM's
 # processes have ended when `batchmark run` exits by itself; Python's resource tracker, a child of the main
 # process, ends on its own a moment later.
 AFTER_EXIT_SECONDS = 2.0
@@ -148,7 +148,7 @@ def test_the_worker_is_killed_mid_run(vllm_setup: VllmSetup, tmp_path: Path, dis
         run.process.kill()
     # The worker's processes lost their parent; the main process ends them by their group before it exits.
     assert_nothing_outlives(run, processes, engines, AFTER_EXIT_SECONDS)
-    assert exit_code == 3, run.stderr()[-4000:]  # the README's exit code for an engine that died
+    assert exit_code == 3, run.stderr()[-4000:]  # docs/running.md's exit code for an engine that died
     assert "the engine worker process exited unexpectedly (killed by SIGKILL)" in run.stderr()
 
 

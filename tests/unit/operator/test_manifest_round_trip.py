@@ -92,7 +92,7 @@ CASES: dict[str, list[str]] = {
         "4",
     ],
 }
-# Options of `run` that `manifest` leaves out: they have no meaning in a pod (README, `batchmark manifest`).
+# Options of `run` that `manifest` leaves out: they have no meaning in a pod (docs/running.md, `batchmark manifest`).
 LOCAL_ONLY = {"--output", "--quiet", "--metrics-address"}
 
 
