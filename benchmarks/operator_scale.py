@@ -300,6 +300,80 @@ def log_lines(path: Path, marker: str) -> int:
     return sum(marker in line for line in path.read_text(errors="replace").splitlines())
 
 
+def kueue_queue(cluster: ControlPlane, namespace: str) -> str:
+    """The real Kueue on the cluster (stopped with it), with quota for every GPU of its nodes; the queue's name."""
+    Kueue(cluster).start()
+    gpus = cluster.gpus_per_node * len(cluster.gpu_node_names)
+    kueue_api = CustomObjectsApi(cluster.api_client())
+    for plural, body in (
+        ("resourceflavors", resource_flavor("gpu")),
+        ("clusterqueues", cluster_queue("gpus", "gpu", gpus)),
+    ):
+        kueue_api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, body)
+    kueue_api.create_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", local_queue(namespace, "gpus", "gpus")
+    )
+    return "gpus"
+
+
+def wait_healthy(port: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def latency_figures(recorder: Recorder, applied: dict[str, float]) -> dict[str, float]:
+    """Median and p99 of each step, over the benchmarks that reached it, from what the watches saw."""
+    steps = {
+        "apply_to_job": [
+            recorder.job_created[name] - applied[name] for name in applied if name in recorder.job_created
+        ],
+        "job_finished_to_succeeded": [
+            recorder.succeeded[name] - recorder.job_finished[name]
+            for name in recorder.succeeded
+            if name in recorder.job_finished
+        ],
+        "apply_to_admitted": [
+            recorder.job_admitted[name] - applied[name] for name in applied if name in recorder.job_admitted
+        ],
+        "apply_to_succeeded": [
+            recorder.succeeded[name] - applied[name] for name in applied if name in recorder.succeeded
+        ],
+    }
+    figures: dict[str, float] = {}
+    for step, seconds in steps.items():
+        figures[f"{step}_p50_s"] = round(statistics.median(seconds), 3)
+        figures[f"{step}_p99_s"] = round(percentile(seconds, 0.99), 3)
+    return figures
+
+
+def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
+    """py-spy recording the operator's raw stacks into ``output`` until it gets SIGINT."""
+    return subprocess.Popen(
+        [
+            *(str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid)),
+            *("--format", "raw", "--nonblocking", "--rate", "50", "--output", str(output)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--benchmarks", type=int, default=200)
@@ -317,20 +391,7 @@ def main() -> int:
         cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
         namespace = "scale"
         cluster.kubectl("create", "namespace", namespace)
-        queue = None
-        if args.kueue:
-            Kueue(cluster).start()  # stopped with the control plane
-            gpus = cluster.gpus_per_node * len(cluster.gpu_node_names)
-            kueue_api = CustomObjectsApi(cluster.api_client())
-            for plural, body in (
-                ("resourceflavors", resource_flavor("gpu")),
-                ("clusterqueues", cluster_queue("gpus", "gpu", gpus)),
-            ):
-                kueue_api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, body)
-            kueue_api.create_namespaced_custom_object(
-                "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", local_queue(namespace, "gpus", "gpus")
-            )
-            queue = "gpus"
+        queue = kueue_queue(cluster, namespace) if args.kueue else None
         metrics_port, health_port = free_port(), free_port()
         log = (Path(directory) / "operator.log").open("wb")
         operator = subprocess.Popen(
@@ -344,27 +405,10 @@ def main() -> int:
             stderr=subprocess.STDOUT,
         )
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=1)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+            wait_healthy(health_port)
             recorder = Recorder(cluster, namespace)
             time.sleep(2)
-            profiler = None
-            if args.profile is not None:
-                profiler = subprocess.Popen(
-                    [
-                        *(str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(operator.pid)),
-                        *("--format", "raw", "--nonblocking", "--rate", "50", "--output", str(args.profile)),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+            profiler = start_profiler(operator.pid, args.profile) if args.profile is not None else None
             load_before = os.getloadavg()
             cpu_before = cpu_seconds(operator.pid)
             steal_before = cpu_steal_ticks()
@@ -388,30 +432,13 @@ def main() -> int:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
                 profiler.wait(timeout=60)
             recorder.stop.set()
-            to_job = [recorder.job_created[name] - applied[name] for name in applied if name in recorder.job_created]
-            to_phase = [
-                recorder.succeeded[name] - recorder.job_finished[name]
-                for name in recorder.succeeded
-                if name in recorder.job_finished
-            ]
-            to_succeeded = [recorder.succeeded[name] - applied[name] for name in applied if name in recorder.succeeded]
-            to_admitted = [
-                recorder.job_admitted[name] - applied[name] for name in applied if name in recorder.job_admitted
-            ]
             figures = {
                 "kueue": args.kueue,
                 "benchmarks": args.benchmarks,
                 "succeeded": len(recorder.succeeded),
                 "failed": recorder.failed,
                 "max_running_at_once": recorder.max_running,
-                "apply_to_job_p50_s": round(statistics.median(to_job), 3),
-                "apply_to_job_p99_s": round(percentile(to_job, 0.99), 3),
-                "job_finished_to_succeeded_p50_s": round(statistics.median(to_phase), 3),
-                "job_finished_to_succeeded_p99_s": round(percentile(to_phase, 0.99), 3),
-                "apply_to_admitted_p50_s": round(statistics.median(to_admitted), 3),
-                "apply_to_admitted_p99_s": round(percentile(to_admitted, 0.99), 3),
-                "apply_to_succeeded_p50_s": round(statistics.median(to_succeeded), 3),
-                "apply_to_succeeded_p99_s": round(percentile(to_succeeded, 0.99), 3),
+                **latency_figures(recorder, applied),
                 "drain_all_s": round(drained, 1),
                 "operator_peak_rss_mb": round(peak_rss_mb(operator.pid), 1),
                 "operator_cpu_s": round(operator_cpu, 1),
@@ -432,12 +459,7 @@ def main() -> int:
             }
             print(json.dumps(figures, indent=2))
         finally:
-            operator.send_signal(signal.SIGTERM)
-            try:
-                operator.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-                operator.wait()
+            stop(operator)
             log.close()
     return 0
 

@@ -155,45 +155,8 @@ def job(
     With ``spec.queueName`` it is created suspended, labelled with its Kueue LocalQueue (and its
     WorkloadPriorityClass, when the caller found one): Kueue unsuspends it when it admits it."""
     gpus = gpu_count(spec)
-    command = ["batchmark", "run", "--config", CONFIG_PATH, "--quiet"]
-    ports: list[dict[str, Any]] = []
-    if spec.metrics.enabled:
-        command += ["--metrics-address", "0.0.0.0", "--metrics-port", str(spec.metrics.port)]
-        command += ["--metrics-linger", repr(spec.metrics.linger_seconds)]
-        ports.append({"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"})
-    if spec.metrics.pushgateway:
-        command += ["--pushgateway", spec.metrics.pushgateway]
-    env: list[dict[str, Any]] = [
-        {"name": ENV_NAMESPACE, "value": owner.namespace},
-        {"name": ENV_NAME, "value": owner.name},
-        {"name": ENV_UID, "value": owner.uid},
-        {"name": ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": ENV_TERMINATION, "value": TERMINATION_MESSAGE_PATH},
-    ]
-    mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": CONFIG_DIRECTORY, "readOnly": True},
-        {"name": "dshm", "mountPath": SHM_PATH},
-    ]
-    volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": owner.config_map}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(spec.shm_size)}},
-    ]
-    if spec.model_cache is not None:
-        mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
-        volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}})
-        env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
-    if spec.data_volume is not None:
-        mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path, "readOnly": True})
-        env.append({"name": ENV_DATA_DIRECTORY, "value": spec.data_volume.mount_path})
-        if spec.data_volume.config_map is not None:
-            volumes.append({"name": "data", "configMap": {"name": spec.data_volume.config_map}})
-        else:
-            claim = {"claimName": spec.data_volume.claim_name, "readOnly": True}
-            volumes.append({"name": "data", "persistentVolumeClaim": claim})
-    if spec.hf_token_secret is not None:
-        secret = {"name": spec.hf_token_secret.name, "key": spec.hf_token_secret.key}
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
-    env += [item.model_dump(by_alias=True, exclude_none=True) for item in spec.env or []]
+    command, ports = runner_command(spec)
+    env, mounts, volumes = runner_environment(owner, spec)
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
         "image": spec.image or DEFAULT_IMAGE,
@@ -253,6 +216,58 @@ def job(
         job_spec["suspend"] = True
         metadata["labels"] |= kueue.job_labels(spec.queue_name, workload_priority_class)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def runner_command(spec: BatchBenchmarkSpec) -> tuple[list[str], list[dict[str, Any]]]:
+    """``batchmark run`` on the mounted config, and the container's ports: /metrics when the spec serves it."""
+    command = ["batchmark", "run", "--config", CONFIG_PATH, "--quiet"]
+    ports: list[dict[str, Any]] = []
+    if spec.metrics.enabled:
+        command += ["--metrics-address", "0.0.0.0", "--metrics-port", str(spec.metrics.port)]
+        command += ["--metrics-linger", repr(spec.metrics.linger_seconds)]
+        ports.append({"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"})
+    if spec.metrics.pushgateway:
+        command += ["--pushgateway", spec.metrics.pushgateway]
+    return command, ports
+
+
+def runner_environment(
+    owner: Owner, spec: BatchBenchmarkSpec
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runner container's environment (the contract's variables, the caches, the token) and its volumes:
+    the config, shared memory, the model cache and the user's data, where the spec gives them."""
+    env: list[dict[str, Any]] = [
+        {"name": ENV_NAMESPACE, "value": owner.namespace},
+        {"name": ENV_NAME, "value": owner.name},
+        {"name": ENV_UID, "value": owner.uid},
+        {"name": ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": ENV_TERMINATION, "value": TERMINATION_MESSAGE_PATH},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIRECTORY, "readOnly": True},
+        {"name": "dshm", "mountPath": SHM_PATH},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": owner.config_map}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(spec.shm_size)}},
+    ]
+    if spec.model_cache is not None:
+        mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
+        volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}})
+        env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
+    if spec.data_volume is not None:
+        mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path, "readOnly": True})
+        env.append({"name": ENV_DATA_DIRECTORY, "value": spec.data_volume.mount_path})
+        if spec.data_volume.config_map is not None:
+            volumes.append({"name": "data", "configMap": {"name": spec.data_volume.config_map}})
+        else:
+            claim = {"claimName": spec.data_volume.claim_name, "readOnly": True}
+            volumes.append({"name": "data", "persistentVolumeClaim": claim})
+    if spec.hf_token_secret is not None:
+        secret = {"name": spec.hf_token_secret.name, "key": spec.hf_token_secret.key}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    env += [item.model_dump(by_alias=True, exclude_none=True) for item in spec.env or []]
+    return env, mounts, volumes
 
 
 def resources(spec: BatchBenchmarkSpec, gpus: int) -> dict[str, dict[str, str]]:

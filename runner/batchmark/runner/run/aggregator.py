@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from batchmark.runner.config.profiles import TransientPhaseConfig
 from batchmark.runner.dispatch.messages import BatchReport
@@ -25,6 +25,22 @@ from batchmark.runner.run.profiles import Strategy
 
 TIMELINE_BUCKETS = 512
 TIMELINE_FIRST_WIDTH = 0.1
+
+
+@dataclass
+class _BatchValues:
+    """One batch's measured requests, gathered before they are folded into the distributions at once."""
+
+    latency: list[float] = field(default_factory=list)
+    queue_wait: list[float] = field(default_factory=list)
+    batch_wait: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    output_tokens: list[int] = field(default_factory=list)
+    completed: int = 0
+    errored: int = 0
+    produced: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,15 +203,7 @@ class Aggregator:
         self.timeline.add_busy(report.started_at, busy_end)
         self._worker_cpu = max(self._worker_cpu, report.harness_cpu)
         self.finished_requests += sum(enqueued_at is not None for enqueued_at in event.enqueued)
-        finished = report.finished_at
-        latency: list[float] = []
-        queue_wait: list[float] = []
-        batch_wait: list[float] = []
-        ttft: list[float] = []
-        tpot: list[float] = []
-        prompt_tokens: list[int] = []
-        output_tokens: list[int] = []
-        completed = errored = produced = 0
+        batch = _BatchValues()
         size = len(report.completions)
         for completion, enqueued_at, measured, entered in zip(
             report.completions, event.enqueued, event.measured, report.dispatch_times(), strict=True
@@ -206,55 +214,67 @@ class Aggregator:
                 self.excluded += 1
                 continue
             if completion.error is not None:
-                errored += 1
+                batch.errored += 1
                 self._sample(self.errored_samples, completion, report, enqueued_at, size, entered)
                 continue
-            completed += 1
-            produced += completion.output_tokens
-            latency.append(finished - enqueued_at)
-            queue_wait.append(entered - enqueued_at)
-            batch_wait.append(report.batch_wait(enqueued_at))
-            prompt_tokens.append(completion.prompt_tokens)
-            output_tokens.append(completion.output_tokens)
-            timings = completion.timings
-            request_ttft = request_tpot = math.nan
-            if not math.isnan(timings.to_first_token):
-                request_ttft = entered - enqueued_at + timings.to_first_token
-                ttft.append(request_ttft)
-                if completion.output_tokens > 1 and not math.isnan(timings.decode):
-                    request_tpot = timings.decode / (completion.output_tokens - 1)
-                    tpot.append(request_tpot)
-            if self.budget is not None and self.budget.meets(
-                {
-                    "request_latency": latency[-1],
-                    "queue_wait": queue_wait[-1],
-                    "batch_wait": batch_wait[-1],
-                    "time_to_first_token": request_ttft,
-                    # One output token has no time per output token: nothing to miss.
-                    "time_per_output_token": request_tpot if completion.output_tokens > 1 else 0.0,
-                }
-            ):
-                self.good_requests += 1
-                self.good_output_tokens += completion.output_tokens
+            self._add_success(batch, completion, report, enqueued_at, entered)
             self._sample(self.successful_samples, completion, report, enqueued_at, size, entered)
-        self.timeline.add_completions(finished, completed, errored, produced)
-        if completed + errored == 0:
-            return
+        self.timeline.add_completions(report.finished_at, batch.completed, batch.errored, batch.produced)
+        if batch.completed + batch.errored:
+            self._fold(batch, report)
+
+    def _add_success(
+        self, batch: _BatchValues, completion: Completion, report: BatchReport, enqueued_at: float, entered: float
+    ) -> None:
+        """One successful measured request's figures, and whether it met the budget."""
+        batch.completed += 1
+        batch.produced += completion.output_tokens
+        latency = report.finished_at - enqueued_at
+        queue_wait = entered - enqueued_at
+        batch_wait = report.batch_wait(enqueued_at)
+        batch.latency.append(latency)
+        batch.queue_wait.append(queue_wait)
+        batch.batch_wait.append(batch_wait)
+        batch.prompt_tokens.append(completion.prompt_tokens)
+        batch.output_tokens.append(completion.output_tokens)
+        timings = completion.timings
+        request_ttft = request_tpot = math.nan
+        if not math.isnan(timings.to_first_token):
+            request_ttft = entered - enqueued_at + timings.to_first_token
+            batch.ttft.append(request_ttft)
+            if completion.output_tokens > 1 and not math.isnan(timings.decode):
+                request_tpot = timings.decode / (completion.output_tokens - 1)
+                batch.tpot.append(request_tpot)
+        if self.budget is not None and self.budget.meets(
+            {
+                "request_latency": latency,
+                "queue_wait": queue_wait,
+                "batch_wait": batch_wait,
+                "time_to_first_token": request_ttft,
+                # One output token has no time per output token: nothing to miss.
+                "time_per_output_token": request_tpot if completion.output_tokens > 1 else 0.0,
+            }
+        ):
+            self.good_requests += 1
+            self.good_output_tokens += completion.output_tokens
+
+    def _fold(self, batch: _BatchValues, report: BatchReport) -> None:
+        """A batch with measured requests into the totals and the distributions, at once."""
         self.batches += 1
-        self.completed += completed
-        self.errored += errored
-        self.output_tokens_total += produced
-        self.prompt_tokens_total += sum(prompt_tokens)
-        self.last_measured_completion = finished
-        self._settle_busy(finished)
+        self.completed += batch.completed
+        self.errored += batch.errored
+        self.output_tokens_total += batch.produced
+        self.prompt_tokens_total += sum(batch.prompt_tokens)
+        self.last_measured_completion = report.finished_at
+        self._settle_busy(report.finished_at)
         values = self.distributions
-        values["request_latency"].extend(latency)
-        values["queue_wait"].extend(queue_wait)
-        values["batch_wait"].extend(batch_wait)
-        values["time_to_first_token"].extend(ttft)
-        values["time_per_output_token"].extend(tpot)
-        values["prompt_tokens"].extend(prompt_tokens)
-        values["output_tokens"].extend(output_tokens)
+        values["request_latency"].extend(batch.latency)
+        values["queue_wait"].extend(batch.queue_wait)
+        values["batch_wait"].extend(batch.batch_wait)
+        values["time_to_first_token"].extend(batch.ttft)
+        values["time_per_output_token"].extend(batch.tpot)
+        values["prompt_tokens"].extend(batch.prompt_tokens)
+        values["output_tokens"].extend(batch.output_tokens)
         self.engine_steps += report.steps
         batch_size = report.effective_batch_size
         if batch_size > 0:

@@ -402,18 +402,15 @@ class _Execution:
 
     def run(self) -> BenchmarkResult:
         start = time.monotonic()
-        started_wall = time.time()
-        first_id = self.runner.next_request_id
-        aggregator = Aggregator(
+        aggregator = self.aggregator = Aggregator(
             start,
-            started_wall,
-            first_id,
+            time.time(),
+            self.runner.next_request_id,
             self.window,
             self.runner.config.sample_requests,
             worker_cpu_start=self.runner.worker_cpu,
             budget=self.runner._budget,
         )
-        self.aggregator = aggregator
         deadline = start + self.max_seconds if self.max_seconds is not None else math.inf
         limit = self.strategy.max_concurrency or math.inf
         offsets = self.strategy.arrival_offsets()
@@ -448,15 +445,7 @@ class _Execution:
             timeout = min(deadline, next_progress) - now
             if self.issued < cap and len(self.in_flight) < limit:
                 timeout = min(timeout, next_due - now)
-            try:
-                messages = self.worker.receive(max(timeout, 0.0))
-            except WorkerFailed as error:
-                # What completed is kept; what was in flight counts as incomplete.
-                self.runner.failure = f"the engine failed: {error}"
-                messages = []
-            for message in messages:
-                if isinstance(message, BatchReport):
-                    self._on_batch(message, aggregator)
+            self._receive(aggregator, max(timeout, 0.0))
             now = time.monotonic()
             end = now
             stop_reason = self._stop_reason(aggregator, now, deadline, cap)
@@ -471,6 +460,18 @@ class _Execution:
             interrupted=interrupted,
             strategy=self.strategy,
         )
+
+    def _receive(self, aggregator: Aggregator, timeout: float) -> None:
+        """What the worker reports within ``timeout``, folded in."""
+        try:
+            messages = self.worker.receive(timeout)
+        except WorkerFailed as error:
+            # What completed is kept; what was in flight counts as incomplete.
+            self.runner.failure = f"the engine failed: {error}"
+            return
+        for message in messages:
+            if isinstance(message, BatchReport):
+                self._on_batch(message, aggregator)
 
     def _on_batch(self, report: BatchReport, aggregator: Aggregator) -> None:
         enqueued: list[float | None] = []
