@@ -32,9 +32,10 @@ def _problems(error: ValidationError) -> str:
 
 
 def _engine_timings_kept_on(timed: list[str], backend: BackendConfig | None, sweep: SweepConfig | None) -> None:
-    """A target on TTFT or TPOT cannot be judged where vllm_config turns vLLM's per-request stats off."""
-    if not timed or backend is None or backend.engine != "vllm":
-        return  # the simulated engine models its timestamps whatever vllm_config says
+    """A target on TTFT or TPOT cannot be judged where vllm_config turns vLLM's per-request stats off (the
+    simulated engine honours that setting as vLLM does)."""
+    if not timed or backend is None:
+        return
     settings = [backend.vllm_config.get("disable_log_stats")]
     if sweep is not None:
         settings += (sweep.vllm_config or {}).get("disable_log_stats", [])

@@ -171,6 +171,8 @@ class SimulatedLLM:
     noise_seed: int = 0
     vocab_size: int = DEFAULT_VOCAB_SIZE
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # vLLM's per-request stats (RequestOutput.metrics): None with them off, as vLLM's disable_log_stats=True gives.
+    log_stats: bool = True
     _request_counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
     steps: int = field(default=0, init=False)  # engine steps run so far, through generate() and llm_engine alike
 
@@ -339,7 +341,7 @@ class SimulatedLLM:
                 CompletionOutput(index=0, text="", token_ids=[_FILLER_TOKEN] * seq.generated, finish_reason="length")
             ],
             finished=True,
-            metrics=stats,
+            metrics=stats if self.log_stats else None,
         )
 
 
@@ -418,5 +420,5 @@ class SimulatedLLMEngine:
                 CompletionOutput(index=0, text="", token_ids=[_FILLER_TOKEN] * seq.generated, finish_reason="length")
             ],
             finished=True,
-            metrics=stats,
+            metrics=stats if self._llm.log_stats else None,
         )

@@ -1,7 +1,8 @@
 """The simulated engine's entry: simulated.py's model of vLLM's speed, loaded from backend.simulation, needing no GPU.
 
 Its tokens are the text's UTF-8 bytes (its prompt builder makes the same ids), so prompts counted before a run
-count exactly as the engine sees them. Of vllm_config it reads only the scheduler's limits and the context.
+count exactly as the engine sees them. Of vllm_config it reads only the scheduler's limits, the context and
+whether vLLM's per-request stats are off (then, as vLLM, it reports no TTFT or TPOT).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from batchmark.runner.engines.simulated import (
 from batchmark.runner.engines.tokens import Tokens
 
 # What the simulated engine reads from vllm_config; it ignores the other vLLM names.
-SIMULATED_ENGINE_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len"})
+SIMULATED_ENGINE_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len", "disable_log_stats"})
 
 SIMULATED_BANNER = (
     "SIMULATED ENGINE: no model ran. Timings come from batchmark's model of vLLM on {gpu}; "
@@ -50,6 +51,8 @@ def check_simulated_argument(name: str, value: Any, vllm_names_checked: bool) ->
         hint = did_you_mean(name, SIMULATED_ENGINE_ARGS)
         if hint:
             raise EngineArgumentError(f"vllm_config.{name}: not an argument the simulated engine reads{hint}")
+    if name == "disable_log_stats" and not isinstance(value, bool):
+        raise EngineArgumentError(f"vllm_config.disable_log_stats: true or false, got {value!r}")
     if name == "max_model_len" and not (isinstance(value, int) and value >= 1):
         raise EngineArgumentError(
             f"vllm_config.max_model_len: the simulated engine needs a number of tokens, got {value!r}"
@@ -94,6 +97,7 @@ def load_simulated_engine(config: BackendConfig, seed: int) -> Engine:
         step_time_noise=simulation.step_time_noise,
         noise_seed=simulation.noise_seed,
         engine_args=engine_args,
+        log_stats=engine_args.get("disable_log_stats") is not True,
     )
     prompts = _TokenPrompts(TokenPromptFactory.for_vocabulary(DEFAULT_VOCAB_SIZE, set(), seed))
     info = EngineInfo(
@@ -106,6 +110,7 @@ def load_simulated_engine(config: BackendConfig, seed: int) -> Engine:
             "max_num_batched_tokens": llm.max_num_batched_tokens,
             "time_scale": simulation.time_scale,
             "step_time_noise": simulation.step_time_noise,
+            "engine_stats": llm.log_stats,
         },
     )
     return GenerateEngine(llm, prompts, _pinned_length, info, steps=lambda: llm.steps)

@@ -111,3 +111,25 @@ def test_step_time_noise_is_seeded() -> None:
 def test_step_time_noise_out_of_range_is_refused() -> None:
     with pytest.raises(ValueError, match="step_time_noise"):
         llm(step_time_noise=1.5)
+
+
+def test_with_vllms_per_request_stats_off_no_output_carries_them_as_in_vllm() -> None:
+    prompts, params = [prompt(10)], SamplingParams(max_tokens=3)
+    assert llm().generate(prompts, params)[0].metrics is not None
+    assert llm(log_stats=False).generate(prompts, params)[0].metrics is None
+    engine = llm(log_stats=False).llm_engine
+    engine.add_request("r", prompt(10), params)
+    outputs = []
+    while engine.has_unfinished_requests():
+        outputs += engine.step()
+    assert [output.metrics for output in outputs] == [None]
+
+
+def test_the_loaded_engine_follows_vllm_config_disable_log_stats() -> None:
+    from batchmark.runner.config.backend import BackendConfig
+    from batchmark.runner.engines.simulated_engine import load_simulated_engine
+
+    for setting, stats in ((None, True), (False, True), (True, False)):
+        vllm_config = {} if setting is None else {"disable_log_stats": setting}
+        config = BackendConfig(model="m", engine="simulated", vllm_config=vllm_config, simulation={"time_scale": 0})
+        assert load_simulated_engine(config, seed=0).info.details["engine_stats"] is stats

@@ -199,9 +199,11 @@ def test_an_slo_on_ttft_or_tpot_is_refused_where_vllm_config_turns_the_stats_off
     swept_off = {"vllm_config": {"disable_log_stats": [False, True]}}
     with pytest.raises(ValidationError, match=r"tpot_p50 needs vLLM's per-request stats"):
         config(backend={"model": "m", "engine": "vllm"}, slo={"tpot_p50": 1.0}, sweep=swept_off)
-    # A budget that needs no engine timestamps, or the simulated engine (it models them), is accepted.
+    # A budget that needs no engine timestamps is accepted; the simulated engine honours the setting as vLLM does.
     config(backend=stats_off, slo={"request_latency_p99": 1.0})
-    config(backend={**stats_off, "engine": "simulated"}, slo={"ttft_p95": 1.0})
+    with pytest.raises(ValidationError, match=r"ttft_p95 needs vLLM's per-request stats"):
+        config(backend={**stats_off, "engine": "simulated"}, slo={"ttft_p95": 1.0})
+    config(backend={"model": "m", "engine": "simulated"}, slo={"ttft_p95": 1.0})
     with pytest.raises(UsageError, match=r"^--slo: ttft_p95 needs vLLM's per-request stats"):
         cli_config("--slo", "ttft_p95=1", backend="model=m,engine=vllm,vllm_config.disable_log_stats=true")
 
