@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import queries, substitute
+from tests.cli import command
 from tests.integration.observability.servers import free_port, prometheus, stop
 
 pytestmark = pytest.mark.integration
@@ -35,10 +35,7 @@ def test_every_benchmark_run_query_returns_data_from_a_real_run(tmp_path: Path) 
         tmp_path / "prometheus", [f"127.0.0.1:{port}"], target_labels={"namespace": NAMESPACE, "pod": "bench-0"}
     ) as prom:
         run = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "batchmark.runner.cli",
+            command(
                 "run",
                 "--quiet",
                 "--name",
@@ -58,7 +55,7 @@ def test_every_benchmark_run_query_returns_data_from_a_real_run(tmp_path: Path) 
                 str(port),
                 "--metrics-linger",
                 "3",
-            ],
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -88,10 +85,7 @@ def test_every_benchmark_run_query_returns_data_from_a_real_run(tmp_path: Path) 
 
 def start_run(name: str, output_tokens: int, port: int, results: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "batchmark.runner.cli",
+        command(
             "run",
             "--quiet",
             "--name",
@@ -111,7 +105,7 @@ def start_run(name: str, output_tokens: int, port: int, results: Path) -> subpro
             # Long enough that both runs' final series are live at once, whichever ends first.
             "--metrics-linger",
             "15",
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

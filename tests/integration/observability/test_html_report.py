@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.cli import Finished, run_program
 from tests.integration.observability.browser import Chromium, Page, chromium
 
 pytestmark = pytest.mark.integration
 
-BATCHMARK = [sys.executable, "-m", "batchmark.runner.cli"]
 BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated,simulation.time_scale=0"
 DATA = "kind=synthetic_text,prompt_tokens=256,output_tokens=128"
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts" / "observability"
@@ -25,10 +23,11 @@ BATCH_SWEEP_CHARTS = (*SINGLE_CHARTS, "sweep-batch-throughput", "sweep-batch-lat
 BATCH_SIZES = ("4", "8", "16", "32", "64")
 
 
-def batchmark(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([*BATCHMARK, *args], capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr
-    return result
+def batchmark(*args: str) -> Finished:
+    """``batchmark ARGS``, which must succeed."""
+    finished = run_program(args, timeout=300)
+    assert finished.code == 0, finished.stderr
+    return finished
 
 
 @pytest.fixture(scope="module")

@@ -7,17 +7,16 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.cli import command, run_program
 from tests.integration.observability.servers import free_port, http_get, stop
 
 pytestmark = pytest.mark.integration
 
-BATCHMARK = [sys.executable, "-m", "batchmark.runner.cli", "run", "--quiet"]
 BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated,simulation.time_scale=1"
 ARGS = [
     "--backend",
@@ -48,7 +47,7 @@ def test_serves_through_the_linger_and_a_second_signal_ends_it(tmp_path: Path) -
     results = tmp_path / "r.json"
     options = ["--name", "linger", "--metrics-port", str(port), "--metrics-linger", "60", "--output", str(results)]
     process = subprocess.Popen(
-        [*BATCHMARK, *ARGS, *options],
+        command("run", "--quiet", *ARGS, *options),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -81,13 +80,9 @@ def test_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [*BATCHMARK, *ARGS, "--metrics-port", str(port), "--output", str(tmp_path / "r.json")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        finished = run_program(
+            ["run", "--quiet", *ARGS, "--metrics-port", str(port), "--output", str(tmp_path / "r.json")], timeout=60
         )
-    assert result.returncode == 2
-    assert "--metrics-port" in result.stderr
+    assert finished.code == 2
+    assert "--metrics-port" in finished.stderr
     assert not (tmp_path / "r.json").exists()

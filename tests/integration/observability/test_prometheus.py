@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.cli import Finished, command, read_results, run_program
 from tests.integration.observability.servers import (
     free_port,
     http_get,
@@ -24,7 +22,6 @@ from tests.integration.observability.servers import (
 
 pytestmark = pytest.mark.integration
 
-BATCHMARK = [sys.executable, "-m", "batchmark.runner.cli"]
 MODEL = "Qwen/Qwen3-0.6B"
 # time_scale=1: the simulated engine sleeps as long as its model says, so the run lasts about 8 s and
 # Prometheus, scraping every second, sees the counters climb.
@@ -36,19 +33,13 @@ SCRAPE_SECONDS = 1.0
 CLOCK_SLACK = 0.25
 
 
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
 def test_live_metrics_reach_prometheus_and_match_the_report(tmp_path: Path) -> None:
     port = free_port()
     results = tmp_path / "results.json"
     with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], scrape_interval=f"{SCRAPE_SECONDS:g}s") as prom:
         launched = time.time()
         run = subprocess.Popen(
-            [
-                *BATCHMARK,
+            command(
                 "run",
                 "--quiet",
                 "--name",
@@ -67,7 +58,7 @@ def test_live_metrics_reach_prometheus_and_match_the_report(tmp_path: Path) -> N
                 str(port),
                 "--metrics-linger",
                 "3",
-            ],
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -83,7 +74,7 @@ def test_live_metrics_reach_prometheus_and_match_the_report(tmp_path: Path) -> N
         finally:
             stop(run)
         assert run.returncode == 0, stderr
-        report = load(results)
+        report = read_results(results)
         run_id = report["run_id"]
         (benchmark,) = report["benchmarks"]
         selector = f'{{benchmark="live-metrics",run_id="{run_id}"}}'
@@ -150,10 +141,9 @@ def test_live_metrics_reach_prometheus_and_match_the_report(tmp_path: Path) -> N
         assert checked.stderr == b"", checked
 
 
-def push_run(gateway: str, output: Path, *backend_extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+def push_run(gateway: str, output: Path, *backend_extra: str) -> Finished:
+    return run_program(
         [
-            *BATCHMARK,
             "run",
             "--quiet",
             "--name",
@@ -170,11 +160,7 @@ def push_run(gateway: str, output: Path, *backend_extra: str) -> subprocess.Comp
             str(output),
             "--pushgateway",
             gateway,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        ]
     )
 
 
@@ -205,9 +191,9 @@ def test_pushgateway_keeps_the_last_success_when_a_run_fails(tmp_path: Path) -> 
             before = time.time()
             good = push_run(gateway, tmp_path / "good.json")
             after = time.time()
-            assert good.returncode == 0, good.stderr
+            assert good.code == 0, good.stderr
             assert "pushed results" in good.stderr
-            report = load(tmp_path / "good.json")
+            report = read_results(tmp_path / "good.json")
             (benchmark,) = report["benchmarks"]
             strategy = benchmark["strategy"]
             pushed = gateway_values(gateway)
@@ -233,8 +219,8 @@ def test_pushgateway_keeps_the_last_success_when_a_run_fails(tmp_path: Path) -> 
 
             # Every request fails (prompts longer than the model's context): the run ends, but failed.
             bad = push_run(gateway, tmp_path / "bad.json", "vllm_config.max_model_len=64")
-            assert bad.returncode == 0, bad.stderr
-            assert load(tmp_path / "bad.json")["benchmarks"][0]["requests"]["completed"] == 0
+            assert bad.code == 0, bad.stderr
+            assert read_results(tmp_path / "bad.json")["benchmarks"][0]["requests"]["completed"] == 0
             assert "pushed the failure" in bad.stderr
             after_failure = gateway_values(gateway)
             assert value(after_failure, "batchmark_last_success_timestamp_seconds") == success_at
@@ -259,7 +245,7 @@ def test_a_push_that_fails_warns_and_keeps_the_results(tmp_path: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     started = time.monotonic()
     result = push_run(closed, tmp_path / "r.json")
-    assert result.returncode == 0, result.stderr
-    assert "warning: could not push to the Pushgateway" in " ".join(result.stderr.split())
-    assert load(tmp_path / "r.json")["complete"] is True
+    assert result.code == 0, result.stderr
+    assert "warning: could not push to the Pushgateway" in result.message
+    assert read_results(tmp_path / "r.json")["complete"] is True
     assert time.monotonic() - started >= 1 + 2 + 4  # it retried with back-off before giving up

@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ import yaml
 from kubernetes.client import CustomObjectsApi
 
 from batchmark.operator.controller.rbac import OPERATOR_RULES
+from tests.cli import command
 from tests.cluster.controlplane import write_kubeconfig
 from tests.cluster.fixtures import KubeCluster
 from tests.polling import wait_for
@@ -90,16 +90,15 @@ class OperatorProcess:
     defaults: Path | None = None  # --defaults FILE, as the chart renders it
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "batchmark.runner.cli", "operator"]
-        command += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
-        command += ["--health-address", "127.0.0.1", "--health-port", str(self.health_port)]
+        argv = command("operator", "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port))
+        argv += ["--health-address", "127.0.0.1", "--health-port", str(self.health_port)]
         if self.defaults is not None:
-            command += ["--defaults", str(self.defaults)]
+            argv += ["--defaults", str(self.defaults)]
         for namespace in self.namespaces:
-            command += ["--namespace", namespace]
+            argv += ["--namespace", namespace]
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig or self.cluster.kubeconfig)}
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=environment)
         wait_for("the operator's /healthz", self.healthy, timeout_seconds=60)
 
     def healthy(self) -> bool:

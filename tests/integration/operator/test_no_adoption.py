@@ -32,10 +32,11 @@ HOLD = "test.batchmark.dev/hold"
 HELD_SECONDS = 15
 
 
-def run(name: str, **spec: Any) -> dict[str, Any]:
-    manifest = example("simulated-throughput.yaml", name=name)
-    manifest["spec"].update(spec)
-    return manifest
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    """The simulated-throughput example as BatchBenchmark ``name``, its spec changed by ``spec``."""
+    changed = example("simulated-throughput.yaml", name=name)
+    changed["spec"].update(spec)
+    return changed
 
 
 def controller(found: dict[str, Any]) -> str:
@@ -49,7 +50,7 @@ def test_a_benchmark_applied_again_at_once_never_adopts_the_old_ones_children(
     cluster = batchmark_operator.cluster
     names = [f"again-{index}" for index in range(AGAIN)]
     slow = {"constraints": [{"kind": "max_duration", "seconds": 120}], "profile": {"kind": "constant", "rate": 10}}
-    applied = kubectl_apply(cluster, kube_namespace, yaml.safe_dump_all([run(name, **slow) for name in names]))
+    applied = kubectl_apply(cluster, kube_namespace, yaml.safe_dump_all([manifest(name, **slow) for name in names]))
     assert applied.returncode == 0, applied.stderr
     old_uids = {}
     for name in names:
@@ -67,7 +68,7 @@ def test_a_benchmark_applied_again_at_once_never_adopts_the_old_ones_children(
         cluster.kubectl("delete", "bb", name, "-n", kube_namespace, "--wait=false")
 
         def reapplied(name: str = name) -> subprocess.CompletedProcess[str] | None:
-            result = kubectl_apply(cluster, kube_namespace, yaml.safe_dump(run(name, **again)))
+            result = kubectl_apply(cluster, kube_namespace, yaml.safe_dump(manifest(name, **again)))
             return result if result.returncode == 0 else None  # e.g. "object is being deleted" for a moment
 
         wait_for(f"{name} applied again", reapplied, 60)

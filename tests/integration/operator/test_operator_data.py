@@ -12,9 +12,9 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api, V1ConfigMap, V1ObjectMeta
 
-from batchmark.runner.cli import main
 from batchmark.runner.observe.statuswriter import read_report_config_map
 from batchmark.runner.results.outputs import load_report
+from tests.cli import run_in_process
 from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply, wait_for_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -65,7 +65,8 @@ def test_a_config_map_of_prompts_runs_the_same_requests_as_on_a_laptop(
     config = {"backend": spec["backend"], "data": data, "profile": spec["profile"]}
     config.update(constraints=spec["constraints"], sampleRequests=24, outputs=[str(output)])
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    assert main(["run", "--quiet", "--config", str(tmp_path / "run.yaml")]) == 0
+    laptop_run = run_in_process(["run", "--quiet", "--config", str(tmp_path / "run.yaml")])
+    assert laptop_run.code == 0, laptop_run.stderr
     laptop = load_report(output)
     assert laptop.data is not None
     assert in_pod.data.content_hash == laptop.data.content_hash

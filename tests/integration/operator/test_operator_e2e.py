@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchmark.runner.observe.statuswriter import read_report_config_map
 from batchmark.runner.results.outputs import load_report
 from batchmark.runner.results.summary import run_summary
+from tests.cli import run_program
 from tests.cluster.fixtures import KubeCluster
 from tests.integration.operator.conftest import (
     OperatorProcess,
@@ -134,25 +133,12 @@ def test_lifecycle_columns_wait_events_and_results(
 
     # `batchmark results` writes what `batchmark run --output` would; its figures equal the status's.
     report_path = tmp_path / "report.json"
-    fetched = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "batchmark.runner.cli",
-            "results",
-            "simulated-throughput",
-            "-n",
-            kube_namespace,
-            "-o",
-            str(report_path),
-        ],
-        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-        capture_output=True,
-        text=True,
+    fetched = run_program(
+        ["results", "simulated-throughput", "-n", kube_namespace, "-o", str(report_path)],
+        env={"KUBECONFIG": str(cluster.kubeconfig)},
         timeout=60,
-        check=False,
     )
-    assert fetched.returncode == 0, fetched.stderr
+    assert fetched.code == 0, fetched.stderr
     written = load_report(report_path)
     assert written == report
     summary = run_summary(written).results[0]
@@ -215,16 +201,9 @@ def test_a_sweep_reports_every_benchmark(batchmark_operator: OperatorProcess, ku
 
 def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
     cluster = batchmark_operator.cluster
-    printed = subprocess.run(
+    manifest = run_program(
         [
-            *(
-                sys.executable,
-                "-m",
-                "batchmark.runner.cli",
-                "manifest",
-                "--name",
-                "from-manifest",
-            ),
+            *("manifest", "--name", "from-manifest"),
             *("--backend", "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated,simulation.time_scale=0.02"),
             *("--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=8"),
             *("--profile", "kind=concurrent,streams=4", "--constraint", "kind=max_requests,count=30"),
@@ -234,11 +213,10 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
             # Nothing scrapes this pod: it ends with its run, as `run --metrics-linger 0` would.
             *("--metrics-linger", "0"),
         ],
-        capture_output=True,
-        text=True,
         timeout=60,
-        check=True,
-    ).stdout
+    )
+    assert manifest.code == 0, manifest.stderr
+    printed = manifest.stdout
     assert yaml.safe_load(printed)["spec"]["metrics"] == {"lingerSeconds": 0.0}
     result = kubectl_apply(cluster, kube_namespace, printed)
     assert result.returncode == 0, result.stderr

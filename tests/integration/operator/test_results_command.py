@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from batchmark.runner.cli import main
 from batchmark.runner.observe.statuswriter import report_config_map_data
 from batchmark.runner.results.outputs import load_report
+from tests.cli import run_in_process
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.fixtures import KubeCluster, fresh_namespace, required_binaries
 from tests.integration.operator.conftest import kubectl_apply, with_the_crd
@@ -48,13 +48,6 @@ def kube_namespace(batchmark_crd: KubeCluster) -> Iterator[str]:
     yield from fresh_namespace(batchmark_crd)
 
 
-def cli(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-
-
 def kubeconfig_in(cluster: KubeCluster, namespace: str | None, path: Path) -> Path:
     """The admin kubeconfig with its context set to ``namespace`` (None: no namespace, as kubectl's default)."""
     config: dict[str, Any] = json.loads(cluster.kubeconfig.read_text())
@@ -66,16 +59,15 @@ def kubeconfig_in(cluster: KubeCluster, namespace: str | None, path: Path) -> Pa
     return path
 
 
-def finished_benchmark(
-    cluster: KubeCluster, namespace: str, name: str, tmp_path: Path, phase: str, capsys: pytest.CaptureFixture[str]
-) -> Path:
+def finished_benchmark(cluster: KubeCluster, namespace: str, name: str, tmp_path: Path, phase: str) -> Path:
     """A BatchBenchmark as `manifest` prints it, its status and results ConfigMap as a finished run leaves them;
     the report's file."""
     local = tmp_path / "local.json"
-    assert cli(run_args(outputs=[local])) == 0
-    capsys.readouterr()
-    assert cli(["manifest", *run_args()[1:], "--name", name]) == 0
-    assert kubectl_apply(cluster, namespace, capsys.readouterr().out).returncode == 0
+    ran = run_in_process(run_args(outputs=[local]))
+    assert ran.code == 0, ran.stderr
+    manifest = run_in_process(["manifest", *run_args()[1:], "--name", name])
+    assert manifest.code == 0, manifest.stderr
+    assert kubectl_apply(cluster, namespace, manifest.stdout).returncode == 0
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -93,34 +85,35 @@ def finished_benchmark(
 
 
 def test_results_takes_the_namespace_of_the_kubeconfig_context(
-    batchmark_crd: KubeCluster, kube_namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    batchmark_crd: KubeCluster, kube_namespace: str, tmp_path: Path
 ) -> None:
-    local = finished_benchmark(batchmark_crd, kube_namespace, "done", tmp_path, "Succeeded", capsys)
+    local = finished_benchmark(batchmark_crd, kube_namespace, "done", tmp_path, "Succeeded")
     fetched = tmp_path / "fetched.json"
     kubeconfig = kubeconfig_in(batchmark_crd, kube_namespace, tmp_path / "in-namespace.kubeconfig")
-    assert cli(["results", "done", "--kubeconfig", str(kubeconfig), "-o", str(fetched)]) == 0, capsys.readouterr().err
+    got = run_in_process(["results", "done", "--kubeconfig", str(kubeconfig), "-o", str(fetched)])
+    assert got.code == 0, got.stderr
     assert load_report(fetched) == load_report(local)
     # Another context namespace: the benchmark is not there, and the message says where it looked.
     elsewhere = kubeconfig_in(batchmark_crd, None, tmp_path / "default.kubeconfig")
-    capsys.readouterr()
-    assert cli(["results", "done", "--kubeconfig", str(elsewhere)]) == 2
-    message = " ".join(capsys.readouterr().err.split())
-    assert f"no BatchBenchmark done in namespace default on {batchmark_crd.server}" in message
+    missing = run_in_process(["results", "done", "--kubeconfig", str(elsewhere)])
+    assert missing.code == 2
+    assert f"no BatchBenchmark done in namespace default on {batchmark_crd.server}" in missing.message
     # -n wins over the context.
-    assert cli(["results", "done", "-n", kube_namespace, "--kubeconfig", str(elsewhere)]) == 0
+    assert run_in_process(["results", "done", "-n", kube_namespace, "--kubeconfig", str(elsewhere)]).code == 0
 
 
 def test_results_of_an_unfinished_benchmark_and_an_unwritable_output(
-    batchmark_crd: KubeCluster, kube_namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    batchmark_crd: KubeCluster, kube_namespace: str, tmp_path: Path
 ) -> None:
-    finished_benchmark(batchmark_crd, kube_namespace, "running", tmp_path, "Running", capsys)
+    finished_benchmark(batchmark_crd, kube_namespace, "running", tmp_path, "Running")
     kubeconfig = kubeconfig_in(batchmark_crd, kube_namespace, tmp_path / "kubeconfig")
-    capsys.readouterr()
-    assert cli(["results", "running", "--kubeconfig", str(kubeconfig)]) == 2
-    assert f"{kube_namespace}/running has not finished (phase Running)" in capsys.readouterr().err
+    unfinished = run_in_process(["results", "running", "--kubeconfig", str(kubeconfig)])
+    assert unfinished.code == 2
+    assert f"{kube_namespace}/running has not finished (phase Running)" in unfinished.stderr
     # The output is checked before the cluster is asked: the message is about the output, not the phase.
-    assert cli(["results", "running", "--kubeconfig", str(kubeconfig), "-o", "/proc/r.json"]) == 2
-    assert "--output: /proc/r.json" in capsys.readouterr().err
+    unwritable = run_in_process(["results", "running", "--kubeconfig", str(kubeconfig), "-o", "/proc/r.json"])
+    assert unwritable.code == 2
+    assert "--output: /proc/r.json" in unwritable.stderr
 
     # Finished, but its ConfigMap holds something else: one line, not the validation library's dump.
     cluster, path = batchmark_crd, f"/api/v1/namespaces/{kube_namespace}/configmaps/running-results"
@@ -131,8 +124,9 @@ def test_results_of_an_unfinished_benchmark_and_an_unwritable_output(
         {"status": {"phase": "Failed"}},
         content_type=MERGE_PATCH,
     )
-    assert cli(["results", "running", "--kubeconfig", str(kubeconfig)]) == 2
-    error = capsys.readouterr().err
+    unreadable = run_in_process(["results", "running", "--kubeconfig", str(kubeconfig)])
+    assert unreadable.code == 2
+    error = unreadable.stderr
     assert f"ConfigMap {kube_namespace}/running-results holds no readable report" in error, error
     assert "errors.pydantic.dev" not in error
     assert len(error.strip().splitlines()) == 1, error

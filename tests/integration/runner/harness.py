@@ -4,7 +4,6 @@ chosen moments, and checked afterwards for what it wrote and for any process it 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import signal
 import subprocess
@@ -15,10 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tests.cli import Finished, command, read_results
 
-# The program as installed (`batchmark` runs this module): signal handlers before the slow imports.
-BATCHMARK = [sys.executable, "-m", "batchmark.runner"]
 DATA = "kind=synthetic_text,prompt_tokens=64,output_tokens=16"
 MARKER_VARIABLE = "BATCHMARK_TEST_PROGRAM"
 
@@ -104,16 +101,8 @@ def catches(pid: int, number: int) -> bool:
 
 
 @dataclass
-class Outcome:
-    code: int
-    stdout: str
-    stderr: str
+class Outcome(Finished):
     seconds_after_signal: float | None
-
-    @property
-    def message(self) -> str:
-        """stderr as one line (rich may wrap long messages)."""
-        return " ".join(self.stderr.split())
 
 
 class Program:
@@ -126,9 +115,8 @@ class Program:
         self._stdout = tmp_path / f"stdout-{time.monotonic_ns()}.txt"
         self._stderr = self._stdout.with_name(self._stdout.name.replace("stdout", "stderr"))
         with self._stdout.open("w") as stdout, self._stderr.open("w") as stderr:
-            program = [str(python), *BATCHMARK[1:]] if python is not None else BATCHMARK
             self.process = subprocess.Popen(
-                [*program, *args],
+                command(*args, python=python or sys.executable),
                 stdout=stdout,
                 stderr=stderr,
                 env={**os.environ, "COLUMNS": "200", **(env or {}), MARKER_VARIABLE: self.marker},
@@ -210,14 +198,6 @@ def batchmark(tmp_path: Path, args: list[str], env: dict[str, str] | None = None
 def assert_clean(outcome: Outcome) -> None:
     assert "Traceback" not in outcome.stderr, outcome.stderr
     assert "Traceback" not in outcome.stdout, outcome.stdout
-
-
-def read_results(path: Path) -> dict[str, Any]:
-    if path.suffix == ".json":
-        loaded: dict[str, Any] = json.loads(path.read_text())
-        return loaded
-    data: dict[str, Any] = yaml.safe_load(path.read_text())
-    return data
 
 
 def assert_outputs(paths: list[Path], *, complete: bool, benchmarks: int, stop_reason: str | None = None) -> None:

@@ -18,28 +18,13 @@ import pytest
 import yaml
 
 from batchmark.operator.client import fetch
-from batchmark.runner.cli import main
 from batchmark.runner.engines.engine_args import vllm_engine_arg_names
-from tests.integration.runner.harness import (
-    DATA,
-    assert_clean,
-    backend,
-    batchmark,
-    children,
-    read_results,
-    run_args,
-)
+from tests.cli import read_results, run_in_process
+from tests.integration.runner.harness import DATA, assert_clean, backend, batchmark, children, run_args
 
 pytestmark = pytest.mark.integration
 
 NESTED = 5000  # beyond Python's recursion limit for every parser on the way
-
-
-def cli(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exit_:  # argparse's own errors
-        return int(exit_.code or 0)
 
 
 def assert_no_dump(message: str) -> None:
@@ -382,9 +367,7 @@ def config_text(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("case", list(RUN_CASES))
-def test_run_refuses_bad_input(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_run_refuses_bad_input(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_args, named = RUN_CASES[case]
     (tmp_path / "d.json").mkdir()
     if case == "bad BATCHMARK_MP_CONTEXT":
@@ -393,8 +376,9 @@ def test_run_refuses_bad_input(
     before = sorted(path.name for path in tmp_path.iterdir())
     # The session's own servers (a control plane started by another test's fixture) are children too.
     children_before = set(children(os.getpid()))
-    assert cli(args) == 2
-    message = " ".join(capsys.readouterr().err.split())
+    finished = run_in_process(args)
+    assert finished.code == 2
+    message = finished.message
     for text in named:
         assert text in message, message
     assert_no_dump(message)
@@ -414,7 +398,8 @@ def test_the_program_refuses_bad_input_from_the_outside(tmp_path: Path) -> None:
 def saved_results(tmp_path: Path) -> Path:
     """A real results file, from a short run."""
     path = tmp_path / "r.json"
-    assert cli(run_args(outputs=[path])) == 0
+    finished = run_in_process(run_args(outputs=[path]))
+    assert finished.code == 0, finished.stderr
     return path
 
 
@@ -468,17 +453,15 @@ REPORT_CASES: dict[str, tuple[Callable[[Path, Path], list[str]], list[str]]] = {
 
 
 @pytest.mark.parametrize("case", list(REPORT_CASES))
-def test_report_and_compare_refuse_bad_input_and_never_overwrite_one(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_report_and_compare_refuse_bad_input_and_never_overwrite_one(case: str, tmp_path: Path) -> None:
     results = saved_results(tmp_path)
     (tmp_path / "d.html").mkdir()
     original = results.read_bytes()
     args = REPORT_CASES[case][0](tmp_path, results)
-    capsys.readouterr()
     before = sorted(path.name for path in tmp_path.iterdir())
-    assert cli(args) == 2
-    message = " ".join(capsys.readouterr().err.split())
+    finished = run_in_process(args)
+    assert finished.code == 2
+    message = finished.message
     for text in REPORT_CASES[case][1]:
         assert text in message, message
     assert "Traceback" not in message
@@ -499,7 +482,7 @@ def test_user_text_is_printed_literally(tmp_path: Path) -> None:
     assert "[red]gpu[/red]" in " ".join(outcome.stdout.split())
     assert read_results(output)["engine"]["model"] == "org/m[/x]"
     rendered = tmp_path / "[report].html"
-    assert cli(["report", str(output), "-o", str(rendered)]) == 0
+    assert run_in_process(["report", str(output), "-o", str(rendered)]).code == 0
     assert "org/m[/x]" in rendered.read_text()
 
 
@@ -524,7 +507,7 @@ def test_command_line_overrides_either_spelling_in_the_file(
 ) -> None:
     output = tmp_path / "r.json"
     path = config_file(tmp_path, **file_key)
-    assert cli(["run", "--quiet", "--config", str(path), *option, "--output", str(output)]) == 0
+    assert run_in_process(["run", "--quiet", "--config", str(path), *option, "--output", str(output)]).code == 0
     assert read_results(output)["config"]["sample_requests"] == 5
 
 
@@ -532,7 +515,7 @@ def test_spec_overrides_camel_case_keys_in_the_file(tmp_path: Path) -> None:
     output = tmp_path / "r.json"
     path = config_file(tmp_path)
     args = ["run", "--quiet", "--config", str(path), "--profile", "max_concurrency=4", "--output", str(output)]
-    assert cli(args) == 0
+    assert run_in_process(args).code == 0
     results = read_results(output)
     assert results["config"]["profile"]["max_concurrency"] == 4
     assert results["benchmarks"][0]["requests"]["completed"] == 20
@@ -544,7 +527,7 @@ def test_a_sensible_nested_vllm_config_still_passes(tmp_path: Path) -> None:
     data = yaml.safe_load(config.read_text())
     data["backend"]["vllmConfig"] = {"max_num_seqs": 8, "compilation_config": {"level": 0, "cudagraph_sizes": [1, 2]}}
     config.write_text(json.dumps(data))
-    assert cli(["run", "--quiet", "--config", str(config), "--output", str(output)]) == 0
+    assert run_in_process(["run", "--quiet", "--config", str(config), "--output", str(output)]).code == 0
     assert read_results(output)["config"]["backend"]["vllm_config"]["compilation_config"]["level"] == 0
 
 
@@ -580,17 +563,15 @@ MANIFEST_CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
 
 
 @pytest.mark.parametrize("case", list(MANIFEST_CASES))
-def test_manifest_refuses_bad_input_and_prints_no_manifest(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_manifest_refuses_bad_input_and_prints_no_manifest(case: str, tmp_path: Path) -> None:
     make_args, named = MANIFEST_CASES[case]
-    assert cli(["manifest", *make_args(tmp_path)[1:]]) == 2
-    captured = capsys.readouterr()
-    message = " ".join(captured.err.split())
+    captured = run_in_process(["manifest", *make_args(tmp_path)[1:]])
+    assert captured.code == 2
+    message = captured.message
     for text in named:
         assert text in message, message
     assert_no_dump(message)
-    assert captured.out == ""
+    assert captured.stdout == ""
 
 
 # `batchmark results` against a cluster that is not there: every bad input is refused (2) before the first
@@ -700,44 +681,44 @@ RESULTS_CASES: dict[str, tuple[ResultsCase, int, list[str]]] = {
 
 
 @pytest.mark.parametrize("case", list(RESULTS_CASES))
-def test_results_refuses_bad_input_before_asking_the_cluster(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_results_refuses_bad_input_before_asking_the_cluster(case: str, tmp_path: Path) -> None:
     make_args, code, named = RESULTS_CASES[case]
     (tmp_path / "d.json").mkdir()
     config = kubeconfig(tmp_path, f"https://127.0.0.1:{closed_port()}")
     args = make_args(tmp_path, config)
     before = sorted(path.name for path in tmp_path.iterdir())
-    assert cli(args) == code
-    captured = capsys.readouterr()
-    message = " ".join(captured.err.split())
+    captured = run_in_process(args)
+    assert captured.code == code
+    message = captured.message
     for text in named:
         assert text in message, message
     assert_no_dump(message)
-    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert len(captured.stderr.strip().splitlines()) == 1, captured.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == before
 
 
 def test_results_reads_kubeconfig_from_the_environment_and_names_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(write(tmp_path / "kc", b"\x00\x01binary\xff")))
-    assert cli(["results", "b"]) == 2
-    message = " ".join(capsys.readouterr().err.split())
+    finished = run_in_process(["results", "b"])
+    assert finished.code == 2
+    message = finished.message
     assert f"KUBECONFIG: {tmp_path / 'kc'}: not a kubeconfig" in message
     assert_no_dump(message)
 
 
-def test_results_gives_up_on_a_server_that_never_answers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_results_gives_up_on_a_server_that_never_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fetch, "READ_SECONDS", 1.0)  # the bound under test, made short
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()  # connections queue in the backlog; none is ever accepted or answered
         port = silent.getsockname()[1]
-        assert cli(["results", "b", "--kubeconfig", str(kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))]) == 5
-    message = " ".join(capsys.readouterr().err.split())
+        finished = run_in_process(
+            ["results", "b", "--kubeconfig", str(kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))]
+        )
+        assert finished.code == 5
+    message = finished.message
     assert f"cannot reach the API server https://127.0.0.1:{port}" in message
     assert "timed out" in message
     assert_no_dump(message)

@@ -4,57 +4,42 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.cli import command, read_results, run_and_load, run_program
+
 pytestmark = pytest.mark.integration
 
-BATCHMARK = [sys.executable, "-m", "batchmark.runner.cli"]
 FAST_BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated,simulation.time_scale=0"
 DATA = "kind=synthetic_text,prompt_tokens=256,output_tokens=128"
 
 
-def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*BATCHMARK, "run", "--quiet", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
 def test_seed_example_runs_and_writes_every_format(tmp_path: Path) -> None:
     outputs = [tmp_path / "r.json", tmp_path / "r.yaml", tmp_path / "r.csv"]
-    result = run(
-        "--backend",
-        FAST_BACKEND,
-        "--data",
-        DATA,
-        "--profile",
-        "kind=throughput,max_concurrency=20",
-        "--constraint",
-        "kind=max_requests,count=100",
-        *[arg for out in outputs for arg in ("--output", str(out))],
+    finished = run_program(
+        [
+            "run",
+            "--quiet",
+            "--backend",
+            FAST_BACKEND,
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=20",
+            "--constraint",
+            "kind=max_requests,count=100",
+            *[arg for out in outputs for arg in ("--output", str(out))],
+        ]
     )
-    assert result.returncode == 0, result.stderr
-    assert "SIMULATED" in result.stdout
-    report = load(outputs[0])
+    assert finished.code == 0, finished.stderr
+    assert "SIMULATED" in finished.stdout
+    report = read_results(outputs[0])
     assert report["engine"]["kind"] == "simulated"
     assert report["engine"]["simulated"] is True
     assert report["complete"] is True
@@ -104,28 +89,32 @@ def test_bad_input_exits_2_naming_the_option(tmp_path: Path, args: list[str], me
     merged = {**defaults, **given} if "--config" not in given else given
     output = tmp_path / "never.json"
     argv = [part for item in merged.items() for part in item] + ["--output", str(output)] * ("--output" not in given)
-    result = run(*argv)
-    assert result.returncode == 2, result.stderr
-    assert message in " ".join(result.stderr.split())
-    assert "Traceback" not in result.stderr
+    finished = run_program(["run", "--quiet", *argv])
+    assert finished.code == 2, finished.stderr
+    assert message in finished.message
+    assert "Traceback" not in finished.stderr
     assert not output.exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_real_engine_without_vllm_stops_at_once_saying_how_to_proceed() -> None:
     started = time.monotonic()
-    result = run(
-        "--backend",
-        "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8",
-        "--data",
-        DATA,
-        "--profile",
-        "kind=throughput,max_concurrency=20",
-        "--constraint",
-        "kind=max_requests,count=100",
+    finished = run_program(
+        [
+            "run",
+            "--quiet",
+            "--backend",
+            "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8",
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=20",
+            "--constraint",
+            "kind=max_requests,count=100",
+        ]
     )
-    assert result.returncode == 2
-    assert "engine=simulated" in result.stderr
+    assert finished.code == 2
+    assert "engine=simulated" in finished.stderr
     assert time.monotonic() - started < 20
 
 
@@ -148,10 +137,7 @@ def test_config_file_with_command_line_overrides(tmp_path: Path) -> None:
             }
         )
     )
-    output = tmp_path / "out.json"
-    result = run("--config", str(config), "--backend", "batch_size=2", "--output", str(output))
-    assert result.returncode == 0, result.stderr
-    report = load(output)
+    report = run_and_load(tmp_path / "out.json", ["--config", str(config), "--backend", "batch_size=2"])
     assert report["name"] == "from-file"
     assert report["config"]["backend"]["batch_size"] == 2
     assert report["config"]["backend"]["model"] == "m"
@@ -160,21 +146,20 @@ def test_config_file_with_command_line_overrides(tmp_path: Path) -> None:
 
 
 def test_max_duration_counts_requests_in_flight_as_incomplete(tmp_path: Path) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated",
-        "--data",
-        DATA,
-        "--profile",
-        "kind=throughput,max_concurrency=16",
-        "--constraint",
-        "kind=max_duration,seconds=2",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated",
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=16",
+            "--constraint",
+            "kind=max_duration,seconds=2",
+        ],
     )
-    assert result.returncode == 0, result.stderr
-    [benchmark] = load(output)["benchmarks"]
+    [benchmark] = report["benchmarks"]
     assert benchmark["stop_reason"] == "max_duration"
     assert benchmark["duration"] == pytest.approx(2.0, abs=0.5)
     assert benchmark["requests"]["incomplete"] > 0
@@ -183,21 +168,20 @@ def test_max_duration_counts_requests_in_flight_as_incomplete(tmp_path: Path) ->
 
 
 def test_min_requests_stops_once_enough_completed(tmp_path: Path) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        FAST_BACKEND,
-        "--data",
-        DATA,
-        "--profile",
-        "kind=throughput,max_concurrency=64",
-        "--constraint",
-        "kind=min_requests,count=100",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            FAST_BACKEND,
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=64",
+            "--constraint",
+            "kind=min_requests,count=100",
+        ],
     )
-    assert result.returncode == 0, result.stderr
-    [benchmark] = load(output)["benchmarks"]
+    [benchmark] = report["benchmarks"]
     assert benchmark["stop_reason"] == "min_requests"
     assert benchmark["requests"]["completed"] >= 100
     assert benchmark["requests"]["completed"] < 100 + 64
@@ -208,23 +192,22 @@ def test_min_requests_stops_once_enough_completed(tmp_path: Path) -> None:
     [("kind=max_errors,count=5", "max_errors"), ("kind=max_error_rate,rate=0.5,window=10", "max_error_rate")],
 )
 def test_error_constraints_stop_a_failing_run(tmp_path: Path, constraint: str, reason: str) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        FAST_BACKEND + ",vllm_config.max_model_len=64",
-        "--data",
-        DATA,
-        "--profile",
-        "kind=throughput,max_concurrency=8",
-        "--constraint",
-        constraint,
-        "--constraint",
-        "kind=max_requests,count=1000",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            FAST_BACKEND + ",vllm_config.max_model_len=64",
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=8",
+            "--constraint",
+            constraint,
+            "--constraint",
+            "kind=max_requests,count=1000",
+        ],
     )
-    assert result.returncode == 0, result.stderr
-    [benchmark] = load(output)["benchmarks"]
+    [benchmark] = report["benchmarks"]
     assert benchmark["stop_reason"] == reason
     assert benchmark["requests"]["completed"] == 0
     assert benchmark["requests"]["errored"] > 5
@@ -233,41 +216,39 @@ def test_error_constraints_stop_a_failing_run(tmp_path: Path, constraint: str, r
 
 
 def test_warmup_and_cooldown_requests_are_excluded(tmp_path: Path) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        FAST_BACKEND,
-        "--data",
-        DATA,
-        "--profile",
-        "kind=throughput,max_concurrency=8,warmup.requests=16,cooldown.requests=8",
-        "--constraint",
-        "kind=max_requests,count=64",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            FAST_BACKEND,
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=8,warmup.requests=16,cooldown.requests=8",
+            "--constraint",
+            "kind=max_requests,count=64",
+        ],
     )
-    assert result.returncode == 0, result.stderr
-    [benchmark] = load(output)["benchmarks"]
+    [benchmark] = report["benchmarks"]
     assert benchmark["requests"]["completed"] == 40
     assert benchmark["requests"]["excluded"] == 24
 
 
 def test_sweep_runs_synchronous_throughput_and_rates_between(tmp_path: Path) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        "kind=vllm_python_batch,model=m,batch_size=8,engine=simulated,simulation.time_scale=0.05",
-        "--data",
-        "kind=synthetic_text,prompt_tokens=64,output_tokens=16",
-        "--profile",
-        "kind=sweep,sweep_size=4,max_concurrency=32",
-        "--constraint",
-        "kind=max_requests,count=48",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            "kind=vllm_python_batch,model=m,batch_size=8,engine=simulated,simulation.time_scale=0.05",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=64,output_tokens=16",
+            "--profile",
+            "kind=sweep,sweep_size=4,max_concurrency=32",
+            "--constraint",
+            "kind=max_requests,count=48",
+        ],
     )
-    assert result.returncode == 0, result.stderr
-    benchmarks = load(output)["benchmarks"]
+    benchmarks = report["benchmarks"]
     assert [b["kind"] for b in benchmarks] == ["synchronous", "throughput", "constant", "constant"]
     sync_rate = benchmarks[0]["throughput"]["requests_per_second"]
     max_rate = benchmarks[1]["throughput"]["requests_per_second"]
@@ -276,50 +257,47 @@ def test_sweep_runs_synchronous_throughput_and_rates_between(tmp_path: Path) -> 
 
 
 def test_constant_rate_is_kept(tmp_path: Path) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        FAST_BACKEND,
-        "--data",
-        DATA,
-        "--profile",
-        "kind=constant,rate=50",
-        "--constraint",
-        "kind=max_requests,count=100",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            FAST_BACKEND,
+            "--data",
+            DATA,
+            "--profile",
+            "kind=constant,rate=50",
+            "--constraint",
+            "kind=max_requests,count=100",
+        ],
     )
-    assert result.returncode == 0, result.stderr
-    [benchmark] = load(output)["benchmarks"]
+    [benchmark] = report["benchmarks"]
     assert benchmark["throughput"]["requests_per_second"] == pytest.approx(50, rel=0.1)
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_worker_process_start_methods(tmp_path: Path, context: str) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        FAST_BACKEND,
-        "--data",
-        DATA,
-        "--profile",
-        "kind=throughput,max_concurrency=16",
-        "--constraint",
-        "kind=max_requests,count=32",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            FAST_BACKEND,
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=16",
+            "--constraint",
+            "kind=max_requests,count=32",
+        ],
         env={"BATCHMARK_MP_CONTEXT": context},
     )
-    assert result.returncode == 0, result.stderr
-    assert load(output)["benchmarks"][0]["requests"]["completed"] == 32
+    assert report["benchmarks"][0]["requests"]["completed"] == 32
 
 
 @pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_cleanly_and_keeps_the_results(tmp_path: Path, signum: int, exit_code: int) -> None:
     output = tmp_path / "out.json"
     process = subprocess.Popen(
-        [
-            *BATCHMARK,
+        command(
             "run",
             "--quiet",
             "--backend",
@@ -332,7 +310,7 @@ def test_a_signal_stops_cleanly_and_keeps_the_results(tmp_path: Path, signum: in
             "kind=max_duration,seconds=120",
             "--output",
             str(output),
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -347,7 +325,7 @@ def test_a_signal_stops_cleanly_and_keeps_the_results(tmp_path: Path, signum: in
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == exit_code, stderr
-    report = load(output)
+    report = read_results(output)
     assert report["complete"] is False
     [benchmark] = report["benchmarks"]
     assert benchmark["interrupted"] is True
@@ -356,21 +334,20 @@ def test_a_signal_stops_cleanly_and_keeps_the_results(tmp_path: Path, signum: in
 
 
 def test_warmup_seconds_are_left_out_of_the_window(tmp_path: Path) -> None:
-    output = tmp_path / "out.json"
-    result = run(
-        "--backend",
-        "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated",
-        "--data",
-        "kind=synthetic_text,prompt_tokens=64,output_tokens=16",
-        "--profile",
-        "kind=constant,rate=20,warmup.seconds=1",
-        "--constraint",
-        "kind=max_duration,seconds=3",
-        "--output",
-        str(output),
+    report = run_and_load(
+        tmp_path / "out.json",
+        [
+            "--backend",
+            "kind=vllm_python_batch,model=m,batch_size=4,engine=simulated",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=64,output_tokens=16",
+            "--profile",
+            "kind=constant,rate=20,warmup.seconds=1",
+            "--constraint",
+            "kind=max_duration,seconds=3",
+        ],
     )
-    assert result.returncode == 0, result.stderr
-    [benchmark] = load(output)["benchmarks"]
+    [benchmark] = report["benchmarks"]
     assert benchmark["measured_duration"] == pytest.approx(2.0, abs=0.01)
     assert benchmark["requests"]["excluded"] >= 15
     assert benchmark["throughput"]["requests_per_second"] == pytest.approx(20, rel=0.15)

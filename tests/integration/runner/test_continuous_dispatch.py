@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from batchmark.runner.cli import main
 from batchmark.runner.engines.simulated import SamplingParams, SimulatedLLM, TokensPrompt
+from tests.cli import run_and_load
 
 pytestmark = pytest.mark.integration
 
@@ -58,19 +58,16 @@ def test_step_api_rejects_an_invalid_request_alone() -> None:
 
 
 def run_cli(tmp_path: Path, backend: dict[str, Any], data: dict[str, Any], count: int, concurrency: int) -> Any:
-    out = tmp_path / "report.json"
     config = {
         "backend": {"kind": "vllm_python_batch", "model": "sim", "engine": "simulated", **backend},
         "data": {"kind": "synthetic_text", **data},
         "profile": {"kind": "throughput", "max_concurrency": concurrency},
         "constraints": [{"kind": "max_requests", "count": count}],
         "sample_requests": count,
-        "outputs": [str(out)],
     }
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(config))
-    assert main(["run", "--config", str(config_path), "--quiet"]) == 0
-    return json.loads(out.read_text())
+    return run_and_load(tmp_path / "report.json", ["--config", str(config_path)], in_process=True)
 
 
 def test_continuous_run_keeps_the_engine_busy_and_caps_in_flight_by_batch_size(tmp_path: Path) -> None:

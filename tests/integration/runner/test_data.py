@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from batchmark.runner.cli import main
+from tests.cli import read_results, run_and_load, run_in_process
 from tests.integration.runner.harness import backend
 
 pytestmark = pytest.mark.integration
@@ -22,21 +22,11 @@ PROMPTS = [f"prompt number {index}: " + "word " * (index % 7) for index in range
 OUTPUTS = [1 + index % 5 for index in range(30)]
 
 
-def cli(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exit_:  # argparse's own errors
-        return int(exit_.code or 0)
-
-
-def run(tmp_path: Path, data: str, *, requests: int = 40, name: str = "r") -> dict[str, Any]:
-    output = tmp_path / f"{name}.json"
-    argv = ["run", "--quiet", "--backend", backend(), "--data", data, "--profile", "kind=throughput"]
-    argv += ["--constraint", f"kind=max_requests,count={requests}", "--sample-requests", "100"]
-    argv += ["--output", str(output)]
-    assert cli(argv) == 0
-    report: dict[str, Any] = json.loads(output.read_text())
-    return report
+def run_on(tmp_path: Path, data: str, *, requests: int = 40, name: str = "r") -> dict[str, Any]:
+    """The results of a run on ``data`` that samples every request."""
+    args = ["--backend", backend(), "--data", data, "--profile", "kind=throughput"]
+    args += ["--constraint", f"kind=max_requests,count={requests}", "--sample-requests", "100"]
+    return run_and_load(tmp_path / f"{name}.json", args, in_process=True)
 
 
 def records() -> list[dict[str, Any]]:
@@ -100,7 +90,7 @@ def expected(index: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize("name", ["prompts.jsonl", "prompts.json", "prompts.csv", "prompts.parquet"])
 def test_a_file_runs_its_prompts_and_output_lengths(tmp_path: Path, data: Path, name: str) -> None:
-    report = run(tmp_path, f"kind=file,path={data / name}")
+    report = run_on(tmp_path, f"kind=file,path={data / name}")
     summary = report["data"]
     assert summary["kind"] == "file"
     assert summary["samples"] == len(PROMPTS)
@@ -116,15 +106,15 @@ def test_a_file_runs_its_prompts_and_output_lengths(tmp_path: Path, data: Path, 
 
 def test_every_format_of_the_same_records_has_the_same_content_hash(tmp_path: Path, data: Path) -> None:
     hashes = {
-        name: run(tmp_path, f"kind=file,path={data / name}", requests=5, name=name)["data"]["content_hash"]
+        name: run_on(tmp_path, f"kind=file,path={data / name}", requests=5, name=name)["data"]["content_hash"]
         for name in ("prompts.jsonl", "prompts.csv", "prompts.parquet")
     }
-    hashes["saved"] = run(tmp_path, f"kind=dataset,path={data / 'saved'}", requests=5)["data"]["content_hash"]
+    hashes["saved"] = run_on(tmp_path, f"kind=dataset,path={data / 'saved'}", requests=5)["data"]["content_hash"]
     assert len(set(hashes.values())) == 1, hashes
 
 
 def test_a_text_file_is_a_prompt_a_line_with_drawn_output_lengths(tmp_path: Path, data: Path) -> None:
-    report = run(tmp_path, f"kind=file,path={data / 'prompts.txt'},output_tokens=3,samples=10")
+    report = run_on(tmp_path, f"kind=file,path={data / 'prompts.txt'},output_tokens=3,samples=10")
     assert report["data"]["samples"] == 10
     assert report["data"]["output_lengths_from"] == "output_tokens"
     for request_id, (prompt, output) in by_request(report).items():
@@ -134,26 +124,26 @@ def test_a_text_file_is_a_prompt_a_line_with_drawn_output_lengths(tmp_path: Path
 def test_prompt_column_and_output_column_by_name(tmp_path: Path, data: Path) -> None:
     rows = [{"question": p, "answer_length": o} for p, o in zip(PROMPTS, OUTPUTS, strict=True)]
     path = write_jsonl(tmp_path / "named.jsonl", rows)
-    report = run(tmp_path, f"kind=file,path={path},output_tokens_count_column=answer_length")
+    report = run_on(tmp_path, f"kind=file,path={path},output_tokens_count_column=answer_length")
     assert report["data"]["output_lengths_from"] == "column 'answer_length'"
     for request_id, lengths in by_request(report).items():
         assert lengths == expected(request_id)
     path = write_jsonl(tmp_path / "custom.jsonl", [{"body_text": p} for p in PROMPTS])
-    report = run(tmp_path, f"kind=file,path={path},prompt_column=body_text,output_tokens=2")
+    report = run_on(tmp_path, f"kind=file,path={path},prompt_column=body_text,output_tokens=2")
     assert by_request(report)[0] == (len(PROMPTS[0].encode()), 2)
 
 
 def test_a_saved_dataset_with_splits_and_a_folder_of_files(tmp_path: Path, data: Path) -> None:
-    report = run(tmp_path, f"kind=dataset,path={data / 'saved_splits'},split=test")
+    report = run_on(tmp_path, f"kind=dataset,path={data / 'saved_splits'},split=test")
     assert report["data"]["samples"] == 3
-    assert run(tmp_path, f"kind=dataset,path={data / 'saved_splits'}")["data"]["samples"] == 30  # train
-    report = run(tmp_path, f"kind=dataset,path={data / 'files'}")
+    assert run_on(tmp_path, f"kind=dataset,path={data / 'saved_splits'}")["data"]["samples"] == 30  # train
+    report = run_on(tmp_path, f"kind=dataset,path={data / 'files'}")
     for request_id, lengths in by_request(report).items():
         assert lengths == expected(request_id)
 
 
 def test_sharegpt_takes_the_first_human_turn_and_its_answer(tmp_path: Path, data: Path) -> None:
-    report = run(tmp_path, f"kind=sharegpt,path={data / 'sharegpt.json'}")
+    report = run_on(tmp_path, f"kind=sharegpt,path={data / 'sharegpt.json'}")
     summary = report["data"]
     assert summary["samples"] == 30
     assert summary["skipped_without_answer"] == 1
@@ -168,7 +158,7 @@ def test_chat_messages_in_the_prompt_column(tmp_path: Path) -> None:
         [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": prompt}] for prompt in PROMPTS
     ]
     path = write_jsonl(tmp_path / "chat.jsonl", [{"prompt": messages} for messages in conversations])
-    report = run(tmp_path, f"kind=file,path={path},output_tokens=3")
+    report = run_on(tmp_path, f"kind=file,path={path},output_tokens=3")
     assert report["data"]["samples"] == len(PROMPTS)
     # Without a chat template (the simulated engine has none) the contents are the text, a line each.
     for request_id, lengths in by_request(report).items():
@@ -177,21 +167,21 @@ def test_chat_messages_in_the_prompt_column(tmp_path: Path) -> None:
 
 def test_the_same_seed_gives_the_same_requests(tmp_path: Path, data: Path) -> None:
     spec = f"kind=file,path={data / 'prompts.jsonl'},shuffle=true,samples=12"
-    first, second = run(tmp_path, spec + ",seed=7", name="a"), run(tmp_path, spec + ",seed=7", name="b")
-    other = run(tmp_path, spec + ",seed=8", name="c")
+    first, second = run_on(tmp_path, spec + ",seed=7", name="a"), run_on(tmp_path, spec + ",seed=7", name="b")
+    other = run_on(tmp_path, spec + ",seed=8", name="c")
     assert first["data"]["content_hash"] == second["data"]["content_hash"]
     assert by_request(first) == by_request(second)
     assert first["data"]["content_hash"] != other["data"]["content_hash"]
-    unshuffled = run(tmp_path, f"kind=file,path={data / 'prompts.jsonl'},samples=12", name="d")
+    unshuffled = run_on(tmp_path, f"kind=file,path={data / 'prompts.jsonl'},samples=12", name="d")
     assert unshuffled["data"]["content_hash"] != first["data"]["content_hash"]
 
 
 def test_a_relative_path_is_read_under_the_pods_data_volume(
     tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    laptop = run(tmp_path, f"kind=file,path={data / 'prompts.jsonl'}", name="laptop")
+    laptop = run_on(tmp_path, f"kind=file,path={data / 'prompts.jsonl'}", name="laptop")
     monkeypatch.setenv("BATCHMARK_DATA_DIR", str(data))
-    pod = run(tmp_path, "kind=file,path=prompts.jsonl", name="pod")
+    pod = run_on(tmp_path, "kind=file,path=prompts.jsonl", name="pod")
     assert pod["data"]["source"] == "prompts.jsonl"
     assert pod["data"]["content_hash"] == laptop["data"]["content_hash"]
     assert by_request(pod) == by_request(laptop)
@@ -203,8 +193,9 @@ def test_too_long_prompts_are_skipped_when_asked_and_counted(tmp_path: Path, dat
     output = tmp_path / "skip.json"
     argv = ["run", "--quiet", "--backend", backend(**{"vllm_config.max_model_len": 60}), "--profile"]
     argv += ["kind=throughput", "--constraint", "kind=max_requests,count=10", "--output", str(output)]
-    assert cli([*argv, "--data", f"kind=file,path={path},too_long=skip"]) == 0
-    summary = json.loads(output.read_text())["data"]
+    finished = run_in_process([*argv, "--data", f"kind=file,path={path},too_long=skip"])
+    assert finished.code == 0, finished.stderr
+    summary = read_results(output)["data"]
     assert summary["skipped_too_long"] == 1
     assert summary["samples"] == 30
     assert summary["prompt_tokens"]["max"] < 60
@@ -295,15 +286,14 @@ BAD: dict[str, tuple[Any, list[str]]] = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_bad_data_exits_2_naming_option_file_and_field(
-    case: str, tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_data_exits_2_naming_option_file_and_field(case: str, tmp_path: Path, data: Path) -> None:
     make_spec, names = BAD[case]
     output = tmp_path / "never.json"
     argv = ["run", "--quiet", "--backend", backend(**{"vllm_config.max_model_len": 4096}), "--profile"]
     argv += ["kind=throughput", "--constraint", "kind=max_requests,count=5", "--output", str(output)]
-    assert cli([*argv, "--data", make_spec(data, tmp_path)]) == 2
-    message = capsys.readouterr().err.strip()
+    finished = run_in_process([*argv, "--data", make_spec(data, tmp_path)])
+    assert finished.code == 2
+    message = finished.stderr.strip()
     assert "Traceback" not in message
     assert len(message.splitlines()) == 1, message
     assert "--data" in message, message

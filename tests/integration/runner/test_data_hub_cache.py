@@ -11,14 +11,12 @@ The runner runs as its own program, so the Hugging Face libraries read this HF_H
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli import Finished, read_results, run_program
 from tests.integration.runner.harness import backend
 
 pytestmark = pytest.mark.integration
@@ -72,16 +70,17 @@ def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-def run(hf_home: Path, tmp_path: Path, data: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+def run_offline(hf_home: Path, tmp_path: Path, data: str) -> tuple[Finished, dict[str, Any] | None]:
+    """A run on ``data`` with only ``hf_home``'s cache to read from; the results, if it wrote them (a bad id
+    must not)."""
     output = tmp_path / "report.json"
     output.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "batchmark.runner", "run", "--quiet", "--backend", backend(), "--data", data]
-    command += ["--profile", "kind=throughput", "--constraint", "kind=max_requests,count=30"]
-    command += ["--sample-requests", "100", "--output", str(output)]
-    environment = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    environment.pop("HF_DATASETS_CACHE", None)
-    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120, check=False)
-    return finished, json.loads(output.read_text()) if output.exists() else None
+    args = ["run", "--quiet", "--backend", backend(), "--data", data]
+    args += ["--profile", "kind=throughput", "--constraint", "kind=max_requests,count=30"]
+    args += ["--sample-requests", "100", "--output", str(output)]
+    offline = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": None}
+    finished = run_program(args, env=offline)
+    return finished, read_results(output) if output.exists() else None
 
 
 def requests(report: dict[str, Any]) -> dict[int, tuple[int, int]]:
@@ -90,8 +89,8 @@ def requests(report: dict[str, Any]) -> dict[int, tuple[int, int]]:
 
 def test_a_hub_id_is_read_from_the_cache_with_its_config_split_and_columns(hf_home: Path, tmp_path: Path) -> None:
     spec = f"kind=dataset,path={REPOSITORY},config=default,prompt_column=question"
-    finished, report = run(hf_home, tmp_path, spec + ",output_tokens_count_column=answer_tokens")
-    assert finished.returncode == 0, finished.stderr
+    finished, report = run_offline(hf_home, tmp_path, spec + ",output_tokens_count_column=answer_tokens")
+    assert finished.code == 0, finished.stderr
     assert report is not None
     assert report["data"]["kind"] == "dataset"
     assert report["data"]["source"] == REPOSITORY
@@ -101,15 +100,17 @@ def test_a_hub_id_is_read_from_the_cache_with_its_config_split_and_columns(hf_ho
         row = TRAIN[request_id % len(TRAIN)]
         assert lengths == (len(row["question"].encode()), row["answer_tokens"])
 
-    finished, report = run(hf_home, tmp_path, spec + ",split=test,output_tokens=3")
-    assert finished.returncode == 0, finished.stderr
+    finished, report = run_offline(hf_home, tmp_path, spec + ",split=test,output_tokens=3")
+    assert finished.code == 0, finished.stderr
     assert report is not None
     assert report["data"]["samples"] == len(TEST)
     for request_id, lengths in requests(report).items():
         assert lengths == (len(TEST[request_id % len(TEST)]["question"].encode()), 3)
 
-    finished, report = run(hf_home, tmp_path, f"kind=dataset,path={REPOSITORY},config=short,prompt_column=title")
-    assert finished.returncode == 0, finished.stderr
+    finished, report = run_offline(
+        hf_home, tmp_path, f"kind=dataset,path={REPOSITORY},config=short,prompt_column=title"
+    )
+    assert finished.code == 0, finished.stderr
     assert report is not None
     assert report["data"]["samples"] == len(SHORT)
     assert requests(report)[1][0] == len(SHORT[1]["title"].encode())
@@ -132,8 +133,8 @@ def test_a_hub_id_is_read_from_the_cache_with_its_config_split_and_columns(hf_ho
 def test_what_the_cache_does_not_hold_exits_2_naming_the_field(
     hf_home: Path, tmp_path: Path, data: str, names: list[str]
 ) -> None:
-    finished, report = run(hf_home, tmp_path, data)
-    assert finished.returncode == 2, finished.stderr
+    finished, report = run_offline(hf_home, tmp_path, data)
+    assert finished.code == 2, finished.stderr
     assert report is None
     message = finished.stderr.strip()
     assert len(message.splitlines()) == 1, message

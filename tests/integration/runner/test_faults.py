@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from batchmark.runner.lifecycle.shutdown import SHUTDOWN_SECONDS
+from tests.cli import read_results
 from tests.integration.runner.harness import (
     Outcome,
     Program,
@@ -23,7 +24,6 @@ from tests.integration.runner.harness import (
     assert_outputs,
     backend,
     batchmark,
-    read_results,
     run_args,
 )
 

@@ -25,11 +25,11 @@ from batchmark.runner.dispatch.process_group import (
     leftover_engines_warning,
     wait_group_empty,
 )
+from tests.cli import command
 from tests.integration.process_tree import descendants, still_alive, wait_gone
 
 pytestmark = pytest.mark.integration
 
-BATCHMARK = [sys.executable, "-m", "batchmark.runner.cli"]
 DATA = "kind=synthetic_text,prompt_tokens=64,output_tokens=32"
 # The bounds docs/engine.md states: when `batchmark run` exits on its own, every process it started has ended
 # (Python's multiprocessing resource tracker, a child of the main process, notices within a moment);
@@ -41,8 +41,7 @@ AFTER_MAIN_SIGKILL_SECONDS = 2.0
 def start_run(tmp_path: Path, dispatch: str, constraint: str, backend: str = "") -> tuple[subprocess.Popen[str], Path]:
     output = tmp_path / "out.json"
     process = subprocess.Popen(
-        [
-            *BATCHMARK,
+        command(
             "run",
             "--quiet",
             "--backend",
@@ -55,7 +54,7 @@ def start_run(tmp_path: Path, dispatch: str, constraint: str, backend: str = "")
             constraint,
             "--output",
             str(output),
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from batchmark.runner.cli import main
+from tests.cli import run_and_load, run_in_process
 
 pytestmark = pytest.mark.integration
 
 
-def run(tmp_path: Path, name: str, step_fixed: float, repeats: int = 3) -> Path:
+def results_file(tmp_path: Path, name: str, step_fixed: float, repeats: int = 3) -> Path:
+    """A run whose every engine step takes ``step_fixed`` seconds and more, repeated; its JSON results."""
     output = tmp_path / f"{name}.json"
-    code = main(
+    run_and_load(
+        output,
         [
-            "run",
-            "--quiet",
             "--backend",
             "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
             f"simulation.time_scale=0.2,simulation.step_fixed_seconds={step_fixed}",
@@ -28,38 +28,36 @@ def run(tmp_path: Path, name: str, step_fixed: float, repeats: int = 3) -> Path:
             "kind=max_requests,count=64",
             "--repeats",
             str(repeats),
-            "--output",
-            str(output),
-        ]
+        ],
+        in_process=True,
     )
-    assert code == 0
     return output
 
 
-def test_compare_says_per_figure_whether_two_runs_differ_beyond_their_intervals(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fast = run(tmp_path, "fast", 0.004)
-    slow = run(tmp_path, "slow", 0.02)  # every step five times as long: far beyond any interval
-    capsys.readouterr()
-    assert main(["compare", str(fast), str(slow)]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if "against" in line]
+def compare(first: Path, second: Path) -> list[str]:
+    """`batchmark compare`'s lines that set one run's figure against the other's."""
+    finished = run_in_process(["compare", str(first), str(second)])
+    assert finished.code == 0, finished.stderr
+    return [line for line in finished.stdout.splitlines() if "against" in line]
+
+
+def test_compare_says_per_figure_whether_two_runs_differ_beyond_their_intervals(tmp_path: Path) -> None:
+    fast = results_file(tmp_path, "fast", 0.004)
+    slow = results_file(tmp_path, "slow", 0.02)  # every step five times as long: far beyond any interval
+    lines = compare(fast, slow)
     throughput = next(line for line in lines if ", output_tokens_per_second:" in line)
     assert "differs (-" in throughput
     assert "intervals apart" in throughput
     assert any("request_latency_p99" in line for line in lines)
     # A run against itself: every interval overlaps its own.
-    assert main(["compare", str(fast), str(fast)]) == 0
-    same = [line for line in capsys.readouterr().out.splitlines() if "against" in line]
+    same = compare(fast, fast)
     assert same
     assert all("within noise (intervals overlap)" in line for line in same)
 
 
-def test_compare_without_repeats_says_there_are_no_intervals(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    once = run(tmp_path, "once", 0.004, repeats=1)
-    repeated = run(tmp_path, "repeated", 0.004)
-    capsys.readouterr()
-    assert main(["compare", str(once), str(repeated)]) == 0
-    assert "no intervals to compare (run both with --repeats 2 or more)" in capsys.readouterr().out
+def test_compare_without_repeats_says_there_are_no_intervals(tmp_path: Path) -> None:
+    once = results_file(tmp_path, "once", 0.004, repeats=1)
+    repeated = results_file(tmp_path, "repeated", 0.004)
+    finished = run_in_process(["compare", str(once), str(repeated)])
+    assert finished.code == 0, finished.stderr
+    assert "no intervals to compare (run both with --repeats 2 or more)" in finished.stdout

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from batchmark.runner.cli import main
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.observe.pushgateway import results_registry
@@ -17,6 +16,7 @@ from batchmark.runner.results.summary import run_summary, termination_message
 from batchmark.runner.run.benchmark import BenchmarkRunner
 from batchmark.runner.run.events import RunObserver
 from batchmark.runner.statusfields import headline
+from tests.cli import run_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -149,12 +149,10 @@ def test_warm_up_requests_stay_out_of_the_results() -> None:
         assert benchmark.tokens["output"] == 20 * 8
 
 
-def test_budget_goodput_cost_and_recommendation_through_the_cli(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_budget_goodput_cost_and_recommendation_through_the_cli(tmp_path: Path) -> None:
     results = tmp_path / "sweep.json"
     csv = tmp_path / "sweep.csv"
-    code = main(
+    finished = run_in_process(
         [
             "run",
             "--quiet",
@@ -180,8 +178,8 @@ def test_budget_goodput_cost_and_recommendation_through_the_cli(
             str(csv),
         ]
     )
-    assert code == 0
-    printed = capsys.readouterr().out
+    assert finished.code == 0, finished.stderr
+    printed = finished.stdout
     report = json.loads(results.read_text())
     for benchmark in report["benchmarks"]:
         assert benchmark["slo"]["met"] is True  # a generous budget: every request meets it
@@ -266,9 +264,9 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
         assert registry.get_sample_value("batchmark_result_recommended", labels) == (1 if size == chosen_size else 0)
 
 
-def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_repeats_in_the_files_and_on_the_console(tmp_path: Path) -> None:
     outputs = [tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.yaml", tmp_path / "r.html"]
-    code = main(
+    finished = run_in_process(
         [
             "run",
             "--backend",
@@ -286,8 +284,8 @@ def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.
             *(option for path in outputs for option in ("--output", str(path))),
         ]
     )
-    assert code == 0
-    console = " ".join(capsys.readouterr().out.split())
+    assert finished.code == 0, finished.stderr
+    console = " ".join(finished.stdout.split())
     assert "over 2 repeats: mean ± half the 95% confidence interval" in console
     saved = RunReport.model_validate(json.loads(outputs[0].read_text()))
     assert saved.repeated is not None

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cli import PROGRAM, command
 from tests.integration.process_tree import engine_processes_now, marked_with, still_alive
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -92,9 +93,10 @@ class VllmSetup:
         backend.update(overrides)
         return backend
 
-    def run(
+    def run_python(
         self, args: list[str], timeout: float = RUN_TIMEOUT, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """This venv's Python on ``args`` (a script, ``-c`` or ``-m``), to its end, its output captured."""
         return subprocess.run(
             [str(self.python), *args],
             cwd=ROOT,
@@ -113,8 +115,8 @@ class VllmSetup:
         config = {**config, "outputs": [str(report_path)]}
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        result = self.run(
-            ["-m", "batchmark.runner.cli", "run", "--config", str(config_path), "--quiet"],
+        result = self.run_python(
+            [*PROGRAM, "run", "--config", str(config_path), "--quiet"],
             timeout=timeout,
             env=vllm_env(**env),
         )
@@ -132,7 +134,7 @@ class VllmSetup:
         stderr = workdir / "stderr.txt"
         with stderr.open("w") as log:
             process = subprocess.Popen(
-                [str(self.python), "-m", "batchmark.runner.cli", "run", "--config", str(config_path), "--quiet", *args],
+                command("run", "--config", str(config_path), "--quiet", *args, python=self.python),
                 cwd=ROOT,
                 env=vllm_env(**env),
                 stdout=subprocess.DEVNULL,

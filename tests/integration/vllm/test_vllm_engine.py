@@ -90,7 +90,9 @@ def assert_sane_report(report: dict[str, Any], dispatch: str, engine_stats: bool
 
 def test_engine_layer_batches_steps_formats_and_isolates_faults(vllm_setup: VllmSetup, tmp_path: Path) -> None:
     out = tmp_path / "checks.json"
-    result = vllm_setup.run([str(HERE / "engine_checks.py"), str(vllm_setup.model), str(out), str(MAX_MODEL_LEN)])
+    result = vllm_setup.run_python(
+        [str(HERE / "engine_checks.py"), str(vllm_setup.model), str(out), str(MAX_MODEL_LEN)]
+    )
     assert result.returncode == 0, describe(result)
     checks = json.loads(out.read_text())
     assert checks["info"]["kind"] == "vllm"
@@ -296,7 +298,7 @@ print("ok")
 
 
 def test_validate_in_the_main_process_loads_nothing(vllm_setup: VllmSetup) -> None:
-    result = vllm_setup.run(["-c", VALIDATE_LOADS_NOTHING, str(vllm_setup.model)], timeout=60)
+    result = vllm_setup.run_python(["-c", VALIDATE_LOADS_NOTHING, str(vllm_setup.model)], timeout=60)
     assert result.returncode == 0, describe(result)
     assert result.stdout.strip().endswith("ok")
 
