@@ -19,8 +19,8 @@ import yaml
 from kubernetes.client import CustomObjectsApi
 
 from batchmark.operator.rbac import OPERATOR_RULES
-from tests.cluster.controlplane import write_kubeconfig
-from tests.cluster.fixtures import KubeCluster
+from devtools.cluster.controlplane import write_kubeconfig
+from tests.cluster_fixtures import KubeCluster
 from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchmark.runner.outputs import load_report
 from batchmark.runner.statuswriter import read_report_config_map
 from batchmark.runner.summary import run_summary
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import (
     OperatorProcess,
     benchmark,

@@ -20,8 +20,8 @@ import yaml
 from batchmark.runner.cli import main
 from batchmark.runner.outputs import load_report
 from batchmark.runner.statuswriter import report_config_map_data
-from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixtures import KubeCluster, fresh_namespace, required_binaries
+from devtools.cluster.controlplane import ControlPlane
+from tests.cluster_fixtures import KubeCluster, fresh_namespace, required_binaries
 from tests.integration.operator.conftest import kubectl_apply, with_the_crd
 from tests.integration.runner.harness import run_args
 
