@@ -1,1 +1,2 @@
-"""Tools for developing batchmark that are not part of it: never packaged, never imported by runner/ or operator/."""
+"""Tools for developing batchmark, not part of it: in no wheel or image; the tests, the benchmarks and `make demo`
+import or run them from the repository's root."""

@@ -37,11 +37,11 @@ from devtools.cluster.pki import make_serving_pair
 
 KUEUE_NAMESPACE = "kueue-system"
 # Kueue reads its metrics server's certificate from this fixed path when its internal certificate management
-# is off; no flag moves it. `setup` writes a self-signed pair there once (devtools/cluster/README.md).
+# is off; no flag moves it. `scripts/setup/cluster.sh` writes a self-signed pair there once (README.md).
 METRICS_CERTIFICATE_DIRECTORY = Path("/etc/kueue/metrics/certs")
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # Its visibility server reads its certificate from this fixed folder (tls.crt, tls.key) when the internal
-# certificate management is off; no flag or setting moves it. `setup` writes a self-signed pair there once.
+# certificate management is off; no flag or setting moves it. `scripts/setup/cluster.sh` writes one there once.
 VISIBILITY_CERTIFICATE_DIRECTORY = Path("/visibility")
 # The Service the APIServices name, as Kueue's own manifests name it: the API server verifies the visibility
 # server's certificate for VISIBILITY_SERVICE.KUEUE_NAMESPACE.svc.
