@@ -7,4 +7,4 @@ test:  ## install everything the tests need, then lint, type-check and run every
 	scripts/test
 
 demo:  ## a local control plane with fake GPU nodes, the chart and an example benchmark
-	tests/cluster/demo
+	devtools/cluster/demo

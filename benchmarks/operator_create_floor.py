@@ -2,7 +2,7 @@
 
 The operator scale benchmark (operator_scale.py) measures apply -> Job created with everything running: kopf,
 the nodes' kubelets and up to 16 benchmark containers. This one asks what the API server alone allows. It starts
-its own control plane (tests/cluster, without nodes, so no benchmark ever runs), applies N BatchBenchmarks as
+its own control plane (devtools/cluster, without nodes, so no benchmark ever runs), applies N BatchBenchmarks as
 fast as the API server takes them, and hands each, as soon as it exists, to the operator's own creation path
 (``Reconciler.ensure``: the Pending status, the five children, the Job, the Scheduling status) on a pool of
 threads, without kopf. Apply -> Job here is the least that apply -> Job can be for the same number of
@@ -33,7 +33,7 @@ from batchmark.operator.controller.kube import Kube, api_client
 from batchmark.operator.controller.reconcile import Reconciler
 from batchmark.operator.controller.workers import ControllerThreads
 from benchmarks.operator_scale import ROOT, manifest, percentile
-from tests.cluster.controlplane import ControlPlane
+from devtools.cluster.controlplane import ControlPlane
 
 
 class TimedKube(Kube):

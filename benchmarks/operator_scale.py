@@ -1,6 +1,6 @@
 """The operator under load: N BatchBenchmarks applied at once on the local control plane's 16 fake GPUs.
 
-Starts its own control plane (tests/cluster: its nodes real kubelets over containerd, the runner image built from
+Starts its own control plane (devtools/cluster: its nodes real kubelets over containerd, the runner image built from
 the Dockerfile and put on them, so each benchmark runs in a container of it) and `batchmark operator` as a real
 process, creates N simulated benchmarks (one GPU each, short runs) as fast as the API server takes them, and
 records from watches: apply -> Job created, Job finished -> phase Succeeded (both also from the objects' own
@@ -12,7 +12,7 @@ before and after. Prints one JSON object.
 --profile FILE attaches py-spy to the operator (sampling from outside, non-blocking) and writes its stacks in
 py-spy's raw (collapsed) format, to see where the operator's time goes.
 
-With --kueue, the real Kueue (tests/cluster/kueue.py) admits them instead: a ClusterQueue with as many GPUs
+With --kueue, the real Kueue (devtools/cluster/kueue.py) admits them instead: a ClusterQueue with as many GPUs
 of quota as the nodes have (16), the benchmarks queued in its LocalQueue (spec.queueName); it also records
 apply -> admitted (Kueue unsuspends the Job) and apply -> phase Succeeded.
 
@@ -45,9 +45,9 @@ from kubernetes import watch
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster import images
-from tests.cluster.controlplane import ControlPlane
-from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor
+from devtools.cluster import images
+from devtools.cluster.controlplane import ControlPlane
+from devtools.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
-"""Fixtures shared by every test folder (the local Kubernetes control plane, tests/cluster/), and how many
-pytest-xdist workers scripts/test's `-n auto --dist loadfile` starts and how it spreads the tests over them
-(tests/xdist_scheduling.py)."""
+"""Fixtures shared by every test folder (the local Kubernetes control plane of devtools/cluster/, from
+tests/cluster_fixtures.py), and how many pytest-xdist workers scripts/test's `-n auto --dist loadfile` starts
+and how it spreads the tests over them (tests/xdist_scheduling.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.cluster.fixtures"]
+pytest_plugins = ["tests.cluster_fixtures"]
 
 DEFAULT_WORKERS = 2
 

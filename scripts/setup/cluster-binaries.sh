@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the Kubernetes Go module,
 # and helm and Kueue's manager (with Kueue's CRDs) from modules of their own, at the versions pinned in
-# tests/cluster/go/*/go.mod (beside the control plane code, which reads the same pins to find them); and, for
-# the `containers` runtime (real kubelets, see tests/cluster/README.md), the kubelet from the same Kubernetes
+# devtools/cluster/go/*/go.mod (beside the control plane code, which reads the same pins to find them); and, for
+# the `containers` runtime (real kubelets, see devtools/cluster/README.md), the kubelet from the same Kubernetes
 # module, the pause program from its source, containerd, crictl and the CNI plugins from modules of their own.
 # The binaries are cached in ~/.cache/batchmark/cluster/<version>/ (BATCHMARK_CLUSTER_CACHE overrides the root)
 # and reused when present.
 # Cold, on 2 cores: several minutes and about 2 GB of memory; nice'd so the machine stays usable.
 set -euo pipefail
 
-go_modules="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../tests/cluster/go" && pwd)"
+go_modules="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../devtools/cluster/go" && pwd)"
 cache="${BATCHMARK_CLUSTER_CACHE:-$HOME/.cache/batchmark/cluster}"
 
 pinned() { # go.mod module -> version

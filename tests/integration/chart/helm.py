@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.controlplane import cache_directory, helm_version
+from devtools.cluster.controlplane import cache_directory, helm_version
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "batchmark"

@@ -11,8 +11,8 @@ from kubernetes.client import CoreV1Api
 
 from batchmark.operator.controller.children import RUNNER_CONTAINER
 from batchmark.runner.observe.statuswriter import read_report_config_map
-from tests.cluster import images
-from tests.cluster.fixtures import KubeCluster
+from devtools.cluster import images
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
 from tests.polling import wait_for
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import OperatorProcess, with_the_crd
 
 

@@ -22,8 +22,8 @@ import yaml
 
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import queries, substitute
-from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixtures import load_project_image, required_binaries, start_container_cluster
+from devtools.cluster.controlplane import ControlPlane
+from tests.cluster_fixtures import load_project_image, required_binaries, start_container_cluster
 from tests.integration.observability.servers import Prometheus, prometheus
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.images]

@@ -1,5 +1,5 @@
 """Benchmarks as a user's cluster runs them: the operator's Job on a real kubelet over containerd, in the runner
-image built from the Dockerfile, with the operator's securityContext (tests/cluster, runtime="containers")."""
+image built from the Dockerfile, with the operator's securityContext (devtools/cluster, runtime="containers")."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import yaml
 from kubernetes.client import CoreV1Api
 
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
-from tests.cluster import images
-from tests.cluster.controlplane import GPU_TOLERATION, locate_runtime_binaries
-from tests.cluster.fixtures import KubeCluster
-from tests.cluster.ociarchive import write_image_archive
+from devtools.cluster import images
+from devtools.cluster.controlplane import GPU_TOLERATION, locate_runtime_binaries
+from devtools.cluster.ociarchive import write_image_archive
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.cluster.benchmark_pods import (
     WRITES,
     apply_watched_benchmark,

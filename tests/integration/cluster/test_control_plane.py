@@ -12,10 +12,10 @@ import pytest
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, V1Job, V1JobCondition, V1Pod
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster import images, processes
-from tests.cluster.controlplane import GPU_TAINT, GPU_TOLERATION, ControlPlane, locate_runtime_binaries
-from tests.cluster.fixtures import KubeCluster, required_binaries, required_runtime
-from tests.cluster.ociarchive import write_image_archive
+from devtools.cluster import images, processes
+from devtools.cluster.controlplane import GPU_TAINT, GPU_TOLERATION, ControlPlane, locate_runtime_binaries
+from devtools.cluster.ociarchive import write_image_archive
+from tests.cluster_fixtures import KubeCluster, required_binaries, required_runtime
 from tests.integration.cluster.containers import container_process, cpu_weight, process_gone
 from tests.polling import wait_for
 

@@ -1,7 +1,7 @@
 """The user's prompts from volumes, as a user's cluster serves them: a PersistentVolumeClaim bound to a local
 PersistentVolume made here, mounted by spec.dataVolume, and a Hugging Face hub dataset in the datasets cache of the
 spec.modelCache volume (HF_HOME), read offline. The operator's Job runs in the runner image on a real kubelet over
-containerd (tests/cluster, runtime="containers"), with the operator's securityContext.
+containerd (devtools/cluster, runtime="containers"), with the operator's securityContext.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 from batchmark.runner.observe.statuswriter import read_report_config_map
 from batchmark.runner.results.outputs import load_report
 from batchmark.runner.results.report import RunReport
-from tests.cluster import images
-from tests.cluster.fixtures import KubeCluster
-from tests.cluster.volumes import bind_local_volume, release_local_volume
+from devtools.cluster import images
+from devtools.cluster.volumes import bind_local_volume, release_local_volume
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply, wait_for_phase
 from tests.integration.runner.test_data_hub_cache import REPOSITORY, TRAIN, fill_hub_cache
 

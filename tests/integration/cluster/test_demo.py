@@ -1,4 +1,4 @@
-"""`make demo` for real: tests/cluster/demo brings up a control plane, installs the chart, applies the examples
+"""`make demo` for real: devtools/cluster/demo brings up a control plane, installs the chart, applies the examples
 that run here, and ends with every BatchBenchmark Succeeded."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.fixtures import required_binaries
+from tests.cluster_fixtures import required_binaries
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -22,7 +22,7 @@ def test_the_demo_ends_with_every_example_succeeded(tmp_path: Path) -> None:
     run_directory = tmp_path / "demo"
     try:
         demo = subprocess.run(
-            [str(ROOT / "tests" / "cluster" / "demo"), str(run_directory)],
+            [str(ROOT / "devtools" / "cluster" / "demo"), str(run_directory)],
             capture_output=True,
             text=True,
             timeout=900,
@@ -53,4 +53,4 @@ def test_the_demo_ends_with_every_example_succeeded(tmp_path: Path) -> None:
         assert set(phases.values()) == {"Succeeded"}, phases
         assert "NAME" in demo.stdout  # kubectl get bb printed its table
     finally:
-        subprocess.run([str(ROOT / "tests" / "cluster" / "down"), str(run_directory)], check=False, timeout=120)
+        subprocess.run([str(ROOT / "devtools" / "cluster" / "down"), str(run_directory)], check=False, timeout=120)

@@ -1,4 +1,4 @@
-"""The real Kueue, run by tests/cluster/kueue.py, admits suspended Jobs against ClusterQueue quotas on the
+"""The real Kueue, run by devtools/cluster/kueue.py, admits suspended Jobs against ClusterQueue quotas on the
 local control plane, and its kubelets run them once admitted: the ground the operator's queueing stands on."""
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster import images
-from tests.cluster.controlplane import GPU_TOLERATION
-from tests.cluster.fixtures import KubeCluster
-from tests.cluster.kueue import (
+from devtools.cluster import images
+from devtools.cluster.controlplane import GPU_TOLERATION
+from devtools.cluster.kueue import (
     KUEUE_API_VERSION,
     QUEUE_NAME_LABEL,
     VISIBILITY_GROUP,
@@ -29,6 +28,7 @@ from tests.cluster.kueue import (
     resource_flavor,
     workload_priority_class,
 )
+from tests.cluster_fixtures import KubeCluster
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.cluster

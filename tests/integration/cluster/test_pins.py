@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.cluster.controlplane import CLUSTER_DIRECTORY, kubernetes_version
+from devtools.cluster.controlplane import CLUSTER_DIRECTORY, kubernetes_version
 
 
 def test_every_staging_module_is_pinned_to_the_release_of_kubernetes() -> None:

@@ -2,7 +2,7 @@
 
 scripts/setup/images.sh (run by scripts/test) makes the inputs: a Debian bookworm base image built locally with
 mmdebstrap, standing in for both python:3.11-slim and vLLM's image, and a wheelhouse of every pinned package,
-which the build reads with PIP_NO_INDEX (tests/cluster/images.py builds them). podman builds with
+which the build reads with PIP_NO_INDEX (devtools/cluster/images.py builds them). podman builds with
 `--isolation chroot` and runs with runc and low ulimits (what works in this sandbox; see README.md beside this
 file). Layers stay in podman's store, so a run after an unchanged tree reuses them.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
-from tests.cluster import images as project_images
+from devtools.cluster import images as project_images
 
 pytestmark = [pytest.mark.integration, pytest.mark.images]
 

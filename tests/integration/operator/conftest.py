@@ -18,9 +18,9 @@ import yaml
 from kubernetes.client import CustomObjectsApi
 
 from batchmark.operator.controller.rbac import OPERATOR_RULES
+from devtools.cluster.controlplane import write_kubeconfig
 from tests.cli import command
-from tests.cluster.controlplane import write_kubeconfig
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster_fixtures import KubeCluster
 from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,5 +1,5 @@
 """The benchmark pods' user as the installer sets it (the operator's defaults, `securityContext`): the operator's
-own Job on real kubelets over containerd (tests/cluster, runtime="containers"), in the runner image, under an
+own Job on real kubelets over containerd (devtools/cluster, runtime="containers"), in the runner image, under an
 arbitrary UID with GID 0, as OpenShift's restricted policy runs pods."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster import images
-from tests.cluster.fixtures import KubeCluster
+from devtools.cluster import images
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.cluster.benchmark_pods import (
     apply_watched_benchmark,
     assert_succeeds_with_results,

@@ -13,7 +13,7 @@ import yaml
 from batchmark.operator.resource.api import BatchBenchmarkSpec
 from batchmark.runner.cli import build_parser
 from batchmark.runner.config.load import load_config
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import CRD_PATH, kubectl_apply
 from tests.polling import wait_for
 

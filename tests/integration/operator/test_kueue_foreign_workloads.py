@@ -1,4 +1,4 @@
-"""The operator and the Workloads of other teams on the same real Kueue (tests/cluster/kueue.py): it follows only
+"""The operator and the Workloads of other teams on the same real Kueue (devtools/cluster/kueue.py): it follows only
 those of its own benchmarks' Jobs. Another team's plain Jobs, queued by Kueue in the same ClusterQueue, one of
 them named as a benchmark and labelled as benchmark Jobs are, are never patched, never given an event or a
 metric series by the operator, and never move a benchmark; the benchmarks still get their queue positions,
@@ -15,9 +15,9 @@ import pytest
 
 from batchmark.operator.controller.kube import COMPONENT
 from batchmark.operator.resource.api import DEFAULT_IMAGE
-from tests.cluster.controlplane import GPU_TOLERATION
-from tests.cluster.fixtures import KubeCluster, fresh_namespace
-from tests.cluster.kueue import Kueue, local_queue
+from devtools.cluster.controlplane import GPU_TOLERATION
+from devtools.cluster.kueue import Kueue, local_queue
+from tests.cluster_fixtures import KubeCluster, fresh_namespace
 from tests.integration.operator.conftest import OperatorProcess, benchmark, wait_for_phase
 from tests.integration.operator.test_kueue_queueing import ClusterObjects, apply, gpu_queue, queued_run
 from tests.polling import wait_for

@@ -1,4 +1,4 @@
-"""BatchBenchmarks queued through the real Kueue (tests/cluster/kueue.py): Kueue admits their Jobs against a
+"""BatchBenchmarks queued through the real Kueue (devtools/cluster/kueue.py): Kueue admits their Jobs against a
 ClusterQueue's GPU quota, the operator shows the wait (phase Queued, Kueue's reason), preemption and the rest."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixtures import KubeCluster, required_binaries
-from tests.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor, workload_priority_class
+from devtools.cluster.controlplane import ControlPlane
+from devtools.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor, workload_priority_class
+from tests.cluster_fixtures import KubeCluster, required_binaries
 from tests.integration.operator.conftest import (
     CRD_PATH,
     OperatorProcess,

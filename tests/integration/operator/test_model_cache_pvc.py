@@ -1,4 +1,4 @@
-"""`spec.modelCache.claimName` on real kubelets over containerd (tests/cluster, runtime="containers"): a
+"""`spec.modelCache.claimName` on real kubelets over containerd (devtools/cluster, runtime="containers"): a
 PersistentVolumeClaim bound to a local PersistentVolume on the GPU node is the benchmark pod's Hugging Face cache,
 made writable for the runner's user by the pod's fsGroup, as on a cluster whose volumes are provisioned by root."""
 
@@ -13,9 +13,9 @@ import pytest
 
 from batchmark.operator.controller.children import RUNNER_CONTAINER
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
-from tests.cluster import images
-from tests.cluster.fixtures import KubeCluster
-from tests.cluster.volumes import bind_local_volume, release_local_volume
+from devtools.cluster import images
+from devtools.cluster.volumes import bind_local_volume, release_local_volume
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.cluster.benchmark_pods import apply_watched_benchmark, assert_succeeds_with_results, running_pod
 from tests.integration.operator.conftest import (
     OperatorProcess,

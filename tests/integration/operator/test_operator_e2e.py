@@ -20,7 +20,7 @@ from batchmark.runner.observe.statuswriter import read_report_config_map
 from batchmark.runner.results.outputs import load_report
 from batchmark.runner.results.summary import run_summary
 from tests.cli import run_program
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import (
     OperatorProcess,
     benchmark,

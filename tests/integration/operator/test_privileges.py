@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.fixtures import KubeCluster
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import (
     ROOT,
     OperatorProcess,

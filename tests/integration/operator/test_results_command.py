@@ -19,9 +19,9 @@ import yaml
 
 from batchmark.runner.observe.statuswriter import report_config_map_data
 from batchmark.runner.results.outputs import load_report
+from devtools.cluster.controlplane import ControlPlane
 from tests.cli import run_in_process
-from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixtures import KubeCluster, fresh_namespace, required_binaries
+from tests.cluster_fixtures import KubeCluster, fresh_namespace, required_binaries
 from tests.integration.operator.conftest import kubectl_apply, with_the_crd
 from tests.integration.runner.harness import run_args
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from tests.cluster.clusterdns import TYPE_A, TYPE_AAAA, answer
+from devtools.cluster.clusterdns import TYPE_A, TYPE_AAAA, answer
 
 RECORDS = {"kubernetes.default.svc.cluster.local": "10.213.7.1"}
 

@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "architecture.md"
 ABBREVIATIONS = {"runner/.../": "runner/batchmark/runner/", "operator/.../": "operator/batchmark/operator/"}
 TREE_COLUMN = 30  # the width of the names' column in the page's tree
+CHECKED_FOLDERS = ("runner/", "operator/", "tests/", "scripts/", "docker/", "charts/", "dashboards/", "devtools/")
 
 
 def tree_paths(text: str) -> list[str]:
@@ -35,7 +36,7 @@ def quoted_paths(text: str) -> list[str]:
         path = quoted
         for short, full in ABBREVIATIONS.items():
             path = path.replace(short, full)
-        if path.startswith(("runner/", "operator/", "tests/", "scripts/", "docker/", "charts/", "dashboards/")):
+        if path.startswith(CHECKED_FOLDERS):
             found.append(path)
     return found
 

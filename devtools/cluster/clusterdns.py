@@ -6,7 +6,7 @@ A real cluster runs CoreDNS, and in-cluster clients such as kopf reach the API s
 its address, an AAAA query an empty answer, any other name NXDOMAIN (nothing is forwarded: no query leaves
 this machine).
 
-    python -m tests.cluster.clusterdns --address 10.214.0.1 --record kubernetes.default.svc.cluster.local=10.213.0.1
+    python -m devtools.cluster.clusterdns --address 10.214.0.1 --record kubernetes.default.svc.cluster.local=10.213.0.1
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """batchmark's simulated engine under vLLM's module name, for the side-by-side benchmark only.
 
-Put ``benchmarks/vs_guidellm/simulated_engine_as_vllm`` first on ``PYTHONPATH`` and ``import vllm`` gives this
-module: GuideLLM's ``vllm_python_batch`` backend, batchmark's real-engine adapter (``engine=vllm``) and the ideal
-``generate()`` timings then all drive the same simulated engine through vLLM's own API (``LLM``,
-``EngineArgs``, ``LLM.from_engine_args``, ``generate``, ``get_tokenizer``, ``llm_engine.add_request``/``step``),
-with GPU-like step times from batchmark's cost model instead of this CPU's. As in vLLM, ``generate()`` adds its
-prompts to ``llm_engine`` and calls ``llm_engine.step()`` until they are done, so one engine step is one
-``step()`` call in either dispatch mode and a wrapper around ``LLMEngine.step`` sees them all.
+run.py's ``simulated_vllm_path()`` (a temporary folder whose ``vllm`` links here) first on a process's
+``PYTHONPATH`` makes ``import vllm`` there give this package, named ``vllm``: GuideLLM's ``vllm_python_batch``
+backend, batchmark's real-engine adapter (``engine=vllm``) and the ideal ``generate()`` timings then all drive the
+same simulated engine through vLLM's own API (``LLM``, ``EngineArgs``, ``LLM.from_engine_args``, ``generate``,
+``get_tokenizer``, ``llm_engine.add_request``/``step``), with GPU-like step times from batchmark's cost model
+instead of this CPU's. As in vLLM, ``generate()`` adds its prompts to ``llm_engine`` and calls
+``llm_engine.step()`` until they are done, so one engine step is one ``step()`` call in either dispatch mode and a
+wrapper around ``LLMEngine.step`` sees them all.
 
 Text prompts (GuideLLM sends text) are tokenized with the model folder's own tokenizer, as vLLM would.
 """

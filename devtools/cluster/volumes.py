@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.cluster.controlplane import ControlPlane
+from devtools.cluster.controlplane import ControlPlane
 
 
 def persistent_volume_name(namespace: str, claim: str) -> str:

@@ -2,7 +2,7 @@
 
 It manages `batch/v1` Jobs that are created suspended with the `kueue.x-k8s.io/queue-name` label, admits them
 against ClusterQueue quotas and unsuspends them; the nodes' kubelets then run their pods. No webhooks are
-registered with the API server (tests/cluster/README.md says why); its visibility server (queue positions) is
+registered with the API server (devtools/cluster/README.md says why); its visibility server (queue positions) is
 registered as an APIService, served through the API server's aggregation layer. Kueue acts as the cluster's
 admin.
 """
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cluster import processes
-from tests.cluster.controlplane import (
+from devtools.cluster import processes
+from devtools.cluster.controlplane import (
     CLUSTER_DIRECTORY,
     ClusterBinariesMissingError,
     ClusterError,
@@ -33,15 +33,15 @@ from tests.cluster.controlplane import (
     free_port,
     pinned_version,
 )
-from tests.cluster.pki import make_serving_pair
+from devtools.cluster.pki import make_serving_pair
 
 KUEUE_NAMESPACE = "kueue-system"
 # Kueue reads its metrics server's certificate from this fixed path when its internal certificate management
-# is off; no flag moves it. `setup` writes a self-signed pair there once (tests/cluster/README.md).
+# is off; no flag moves it. `scripts/setup/cluster.sh` writes a self-signed pair there once (README.md).
 METRICS_CERTIFICATE_DIRECTORY = Path("/etc/kueue/metrics/certs")
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # Its visibility server reads its certificate from this fixed folder (tls.crt, tls.key) when the internal
-# certificate management is off; no flag or setting moves it. `setup` writes a self-signed pair there once.
+# certificate management is off; no flag or setting moves it. `scripts/setup/cluster.sh` writes one there once.
 VISIBILITY_CERTIFICATE_DIRECTORY = Path("/visibility")
 # The Service the APIServices name, as Kueue's own manifests name it: the API server verifies the visibility
 # server's certificate for VISIBILITY_SERVICE.KUEUE_NAMESPACE.svc.
@@ -352,7 +352,7 @@ def workload_priority_class(name: str, value: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`up`: start Kueue against a control plane that `tests/cluster/up` started in RUN_DIR (its `down`
+    """`up`: start Kueue against a control plane that `devtools/cluster/up` started in RUN_DIR (its `down`
     stops Kueue too)."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -361,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     run_directory = Path(arguments.run_dir).resolve()
     if not (run_directory / "admin.kubeconfig").exists():
-        print(f"no control plane in {run_directory}; start one with tests/cluster/up", file=sys.stderr)
+        print(f"no control plane in {run_directory}; start one with devtools/cluster/up", file=sys.stderr)
         return 1
     try:
         manager = Kueue(ControlPlane(run_directory))

@@ -1,5 +1,5 @@
 // Builds the CNI plugins (bridge, host-local, loopback, portmap) that give each pod of the local cluster's
-// kubelets its own network namespace and address (tests/cluster, the `containers` runtime).
+// kubelets its own network namespace and address (devtools/cluster, the `containers` runtime).
 module batchmark.test/cluster/cni
 
 go 1.26.8

@@ -1,6 +1,6 @@
 """pytest fixtures that give tests a real Kubernetes control plane.
 
-Registered from tests/conftest.py with `pytest_plugins = ["tests.cluster.fixtures"]`.
+Registered from tests/conftest.py with `pytest_plugins = ["tests.cluster_fixtures"]`.
 Without the binaries (`scripts/setup/cluster.sh` builds them) the tests that use these fixtures are skipped,
 unless BATCHMARK_REQUIRE_CLUSTER=1 (as in CI), where they fail instead.
 """
@@ -15,15 +15,15 @@ from typing import NoReturn
 
 import pytest
 
-from tests.cluster import images
-from tests.cluster.controlplane import (
+from devtools.cluster import images
+from devtools.cluster.controlplane import (
     Binaries,
     ClusterBinariesMissingError,
     ControlPlane,
     locate_binaries,
     locate_runtime_binaries,
 )
-from tests.cluster.kueue import Kueue, locate_kueue
+from devtools.cluster.kueue import Kueue, locate_kueue
 
 # What tests see: the control plane, with `kubeconfig`, `server`, `api_client()`, `kubectl()`, `helm()`,
 # `load_images()` and `node_names`.

@@ -1,5 +1,5 @@
 // Builds containerd, its runc shim and ctr, the container runtime under the local cluster's kubelets
-// (tests/cluster, the `containers` runtime). A module of its own: containerd pins its own client libraries.
+// (devtools/cluster, the `containers` runtime). A module of its own: containerd pins its own client libraries.
 module batchmark.test/cluster/containerd
 
 go 1.26.6

@@ -1,5 +1,5 @@
 // Builds crictl, the CRI client the local cluster uses to clean up the pods of a stopped kubelet
-// (tests/cluster, the `containers` runtime). A module of its own: cri-tools pins its own k8s.io libraries.
+// (devtools/cluster, the `containers` runtime). A module of its own: cri-tools pins its own k8s.io libraries.
 module batchmark.test/cluster/critools
 
 go 1.26.6

@@ -28,13 +28,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tests.cluster import processes
-from tests.cluster.pki import FRONT_PROXY_CLIENT_NAME, CertificatePair, ClusterPki, make_cluster_pki
+from devtools.cluster import processes
+from devtools.cluster.pki import FRONT_PROXY_CLIENT_NAME, CertificatePair, ClusterPki, make_cluster_pki
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from tests.cluster.kubelets import KubeletNode, PodNetwork, RuntimeBinaries
+    from devtools.cluster.kubelets import KubeletNode, PodNetwork, RuntimeBinaries
 
 CLUSTER_DIRECTORY = Path(__file__).resolve().parent
 
@@ -112,9 +112,9 @@ def locate_binaries() -> Binaries:
 
 
 def locate_runtime_binaries() -> RuntimeBinaries:
-    """The kubelet, containerd, crictl, the CNI plugins and the pause program (tests/cluster/build), runc and
-    iptables (Debian's), or say how to get them."""
-    from tests.cluster.kubelets import RuntimeBinaries
+    """The kubelet, containerd, crictl, the CNI plugins and the pause program (built by
+    scripts/setup/cluster-binaries.sh), runc and iptables (Debian's), or say how to get them."""
+    from devtools.cluster.kubelets import RuntimeBinaries
 
     cache = cache_directory()
     go = CLUSTER_DIRECTORY / "go"
@@ -132,7 +132,7 @@ def locate_runtime_binaries() -> RuntimeBinaries:
     missing = binaries.missing()
     if missing:
         raise ClusterBinariesMissingError(
-            f"missing {', '.join(missing)}; run tests/cluster/setup to install them (the containers runtime)"
+            f"missing {', '.join(missing)}; run scripts/setup/cluster.sh to install them (the containers runtime)"
         )
     return binaries
 
@@ -306,7 +306,7 @@ class ControlPlane:
         extra_addresses: tuple[str, ...] = ()
         service_range = "10.96.0.0/16"
         if self.runtime == "containers":
-            from tests.cluster.kubelets import allocate_pod_network
+            from devtools.cluster.kubelets import allocate_pod_network
 
             self._network = allocate_pod_network(self.run_directory, locate_runtime_binaries().iptables)
             # Pods reach the API server at the `kubernetes` Service's address, the first of the Service range,
@@ -508,7 +508,7 @@ class ControlPlane:
         """A containerd and a kubelet per node; each node, once its kubelet registered it, gets the fake GPUs'
         capacity (a node status patch, as Kubernetes documents for extended resources), and its taints (the
         not-ready one, which the node lifecycle controller lifts, is off here)."""
-        from tests.cluster.kubelets import KubeletNode, node_directory, start_cluster_dns
+        from devtools.cluster.kubelets import KubeletNode, node_directory, start_cluster_dns
 
         assert self._network is not None
         binaries = locate_runtime_binaries()
@@ -639,7 +639,7 @@ class ControlPlane:
 
 
 def _stop_kubelet_nodes(run_directory: Path, pid_directory: Path) -> None:
-    from tests.cluster.kubelets import stop_nodes
+    from devtools.cluster.kubelets import stop_nodes
 
     try:
         binaries: RuntimeBinaries | None = locate_runtime_binaries()
@@ -657,7 +657,7 @@ def _command_up(arguments: argparse.Namespace) -> int:
     if (run_directory / "pids").exists() and any(
         processes.is_alive(record) for record in processes.read_records(run_directory / "pids")
     ):
-        print(f"a cluster already runs from {run_directory}; stop it with tests/cluster/down", file=sys.stderr)
+        print(f"a cluster already runs from {run_directory}; stop it with devtools/cluster/down", file=sys.stderr)
         return 1
     if run_directory.exists():
         shutil.rmtree(run_directory)
@@ -690,7 +690,7 @@ def _command_up(arguments: argparse.Namespace) -> int:
 def _load_project_images(control_plane: ControlPlane) -> None:
     """Build the project's two images (seconds when the tree is unchanged) and put them on every node, also
     under the names the chart and the operator use by default."""
-    from tests.cluster import images
+    from devtools.cluster import images
 
     for target in ("runner", "operator"):
         archive = images.built_archive(target)

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.cluster import processes
-from tests.cluster.ociarchive import write_image_archive
+from devtools.cluster import processes
+from devtools.cluster.ociarchive import write_image_archive
 
 # The image containerd runs as each pod's sandbox (its network namespace holder); made locally from the
 # pause program built from the Kubernetes module, under the name containerd 2.4 pins by default.
@@ -54,7 +54,8 @@ class ContainersRuntimeError(RuntimeError):
 
 @dataclass(frozen=True)
 class RuntimeBinaries:
-    """The programs of the containers runtime: built ones (tests/cluster/build) and Debian's runc and iptables."""
+    """The programs of the containers runtime: built ones (scripts/setup/cluster-binaries.sh) and Debian's runc
+    and iptables."""
 
     kubelet: Path
     pause: Path
@@ -197,7 +198,7 @@ class PodNetwork:
 def start_cluster_dns(network: PodNetwork, log_directory: Path, pid_directory: Path) -> None:
     """The cluster DNS on the bridge's gateway address, answering the `kubernetes` Service's names."""
     names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", f"kubernetes.default.svc.{CLUSTER_DOMAIN}"]
-    command = [sys.executable, "-m", "tests.cluster.clusterdns", "--address", network.gateway]
+    command = [sys.executable, "-m", "devtools.cluster.clusterdns", "--address", network.gateway]
     for name in names:
         command += ["--record", f"{name}={network.api_address}"]
     processes.start_detached(
@@ -584,7 +585,7 @@ state = "{state}"
         )
 
     def write_record(self) -> None:
-        """What stop_nodes needs to clean the node up, also from another process (tests/cluster/down)."""
+        """What stop_nodes needs to clean the node up, also from another process (devtools/cluster/down)."""
         record = {"name": self.name, "cgroup": self.cgroup, "socket": str(self.socket)}
         (self.directory / "node.json").write_text(json.dumps(record))
 
