@@ -6,6 +6,7 @@ import contextlib
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,42 +39,7 @@ def test_live_metrics_reach_prometheus_and_match_the_report(tmp_path: Path) -> N
     results = tmp_path / "results.json"
     with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], scrape_interval=f"{SCRAPE_SECONDS:g}s") as prom:
         launched = time.time()
-        run = subprocess.Popen(
-            command(
-                "run",
-                "--quiet",
-                "--name",
-                "live-metrics",
-                "--backend",
-                REAL_TIME_BACKEND,
-                "--data",
-                DATA,
-                "--profile",
-                "kind=throughput,max_concurrency=16",
-                "--constraint",
-                "kind=max_requests,count=240",
-                "--output",
-                str(results),
-                "--metrics-port",
-                str(port),
-                "--metrics-linger",
-                "3",
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        expositions: list[bytes] = []
-        try:
-            while run.poll() is None:  # keep what /metrics served mid-run and at the end, for promtool
-                with contextlib.suppress(OSError):  # not listening yet, or already gone
-                    expositions.append(http_get(f"http://127.0.0.1:{port}/metrics", timeout=2))
-                time.sleep(0.5)
-            _, stderr = run.communicate(timeout=30)
-        finally:
-            stop(run)
-        assert run.returncode == 0, stderr
+        expositions = run_serving_metrics(results, port)
         report = read_results(results)
         run_id = report["run_id"]
         (benchmark,) = report["benchmarks"]
@@ -107,27 +73,7 @@ def test_live_metrics_reach_prometheus_and_match_the_report(tmp_path: Path) -> N
         }
         assert info["metric"]["version"] == report["batchmark_version"]
 
-        # The rate over the run: Prometheus only knows the counter at its scrapes, so the time the tokens took
-        # is bracketed: more than between the first scrape that saw tokens and the last that saw the count
-        # short of final, less than between the last scrape at zero (or the launch) and the first at final.
-        # The report's window adds the first batch's latency (requests enqueued before any completed).
-        last_zero = max([launched] + [t for t, v in tokens if v == 0])
-        first_final = min(t for t, v in tokens if v == final)
-        first_tokens = min(t for t, v in tokens if v > 0)
-        last_short = max(t for t, v in tokens if v < final)
-        measured = benchmark["measured_duration"]
-        first_batch = benchmark["distributions"]["request_latency"]["max"]
-        assert measured > 5 * SCRAPE_SECONDS  # long enough for the bracket to mean something
-        assert last_short - first_tokens - CLOCK_SLACK <= measured
-        assert measured <= first_final - last_zero + first_batch + CLOCK_SLACK
-        # Prometheus' rate takes its window from the last scrape at zero to the first at final; the report's lies
-        # in the bracket above, so the two rates differ by at most that bracket's slack on this window, however
-        # late a loaded machine made the scrapes (a fixed allowance of a few scrape intervals assumed them on time).
-        window = first_final - last_zero
-        slack = max(window - (last_short - first_tokens - CLOCK_SLACK), first_batch + CLOCK_SLACK)
-        prometheus_rate = final / window
-        report_rate = benchmark["throughput"]["output_tokens_per_second"]
-        assert prometheus_rate == pytest.approx(report_rate, rel=slack / window)
+        assert_rate_bracketed(tokens, launched, benchmark)
         # PromQL's own view of the same: the increase Prometheus saw over the run is every token.
         (increase,) = prom.query(f"max_over_time(batchmark_output_tokens_total{selector}[10m])")
         assert float(increase["value"][1]) == final
@@ -139,6 +85,72 @@ def test_live_metrics_reach_prometheus_and_match_the_report(tmp_path: Path) -> N
         assert checked.returncode == 0, checked
         assert checked.stdout == b"", checked
         assert checked.stderr == b"", checked
+
+
+def run_serving_metrics(results: Path, port: int) -> list[bytes]:
+    """A real-time run serving /metrics on ``port`` until it ends; what /metrics served while it ran, for promtool."""
+    run = subprocess.Popen(
+        command(
+            "run",
+            "--quiet",
+            "--name",
+            "live-metrics",
+            "--backend",
+            REAL_TIME_BACKEND,
+            "--data",
+            DATA,
+            "--profile",
+            "kind=throughput,max_concurrency=16",
+            "--constraint",
+            "kind=max_requests,count=240",
+            "--output",
+            str(results),
+            "--metrics-port",
+            str(port),
+            "--metrics-linger",
+            "3",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    expositions: list[bytes] = []
+    try:
+        while run.poll() is None:  # keep what /metrics served mid-run and at the end, for promtool
+            with contextlib.suppress(OSError):  # not listening yet, or already gone
+                expositions.append(http_get(f"http://127.0.0.1:{port}/metrics", timeout=2))
+            time.sleep(0.5)
+        _, stderr = run.communicate(timeout=30)
+    finally:
+        stop(run)
+    assert run.returncode == 0, stderr
+    return expositions
+
+
+def assert_rate_bracketed(tokens: list[tuple[float, float]], launched: float, benchmark: dict[str, Any]) -> None:
+    final = benchmark["tokens"]["output"]
+    # The rate over the run: Prometheus only knows the counter at its scrapes, so the time the tokens took
+    # is bracketed: more than between the first scrape that saw tokens and the last that saw the count
+    # short of final, less than between the last scrape at zero (or the launch) and the first at final.
+    # The report's window adds the first batch's latency (requests enqueued before any completed).
+    last_zero = max([launched] + [t for t, v in tokens if v == 0])
+    first_final = min(t for t, v in tokens if v == final)
+    first_tokens = min(t for t, v in tokens if v > 0)
+    last_short = max(t for t, v in tokens if v < final)
+    measured = benchmark["measured_duration"]
+    first_batch = benchmark["distributions"]["request_latency"]["max"]
+    assert measured > 5 * SCRAPE_SECONDS  # long enough for the bracket to mean something
+    assert last_short - first_tokens - CLOCK_SLACK <= measured
+    assert measured <= first_final - last_zero + first_batch + CLOCK_SLACK
+    # Prometheus' rate takes its window from the last scrape at zero to the first at final; the report's lies
+    # in the bracket above, so the two rates differ by at most that bracket's slack on this window, however
+    # late a loaded machine made the scrapes (a fixed allowance of a few scrape intervals assumed them on time).
+    window = first_final - last_zero
+    slack = max(window - (last_short - first_tokens - CLOCK_SLACK), first_batch + CLOCK_SLACK)
+    prometheus_rate = final / window
+    report_rate = benchmark["throughput"]["output_tokens_per_second"]
+    assert prometheus_rate == pytest.approx(report_rate, rel=slack / window)
 
 
 def push_run(gateway: str, output: Path, *backend_extra: str) -> Finished:

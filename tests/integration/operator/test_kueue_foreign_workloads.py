@@ -159,20 +159,7 @@ def test_the_operator_never_touches_another_teams_workloads_and_counts_them_in_p
         done = {c["type"] for c in job.get("status", {}).get("conditions", []) if c["status"] == "True"}
         assert "Complete" in done, (name, job.get("status"))
 
-    # Nothing of theirs carries a write of the operator: not its field manager (seen on our Job, which it
-    # created), not kopf's or batchmark's annotations or finalizers; their Workloads stayed active.
-    ours_only = managers(cluster.request("GET", f"/apis/batch/v1/namespaces/{ours}/jobs/after")) - managers(
-        cluster.request("GET", f"/apis/batch/v1/namespaces/{theirs}/jobs/train")
-    )
-    assert ours_only, "the operator's field manager is not told apart from the test's"
-    for name in ("train", "bench"):
-        job = cluster.request("GET", f"/apis/batch/v1/namespaces/{theirs}/jobs/{name}")
-        workload = workload_of(cluster, theirs, name)
-        assert workload is not None
-        for body in (job, workload):
-            assert not marks_of_the_operator(body), body["metadata"]
-            assert not managers(body) & ours_only, (name, managers(body), ours_only)
-        assert workload["spec"].get("active", True) is True, workload["spec"]
+    assert_no_write_of_the_operator_on_theirs(cluster, ours, theirs)
 
     # No event from the operator about anything of theirs, and none of ours names them.
     their_events = cluster.request("GET", f"/api/v1/namespaces/{theirs}/events")["items"]
@@ -191,3 +178,20 @@ def test_the_operator_never_touches_another_teams_workloads_and_counts_them_in_p
     batchmark_operator.assert_alive()
     new_log = batchmark_operator.log_path.read_bytes()[log_before:].decode(errors="replace")
     assert theirs not in new_log, [line for line in new_log.splitlines() if theirs in line]
+
+
+def assert_no_write_of_the_operator_on_theirs(cluster: KubeCluster, ours: str, theirs: str) -> None:
+    # Nothing of theirs carries a write of the operator: not its field manager (seen on our Job, which it
+    # created), not kopf's or batchmark's annotations or finalizers; their Workloads stayed active.
+    ours_only = managers(cluster.request("GET", f"/apis/batch/v1/namespaces/{ours}/jobs/after")) - managers(
+        cluster.request("GET", f"/apis/batch/v1/namespaces/{theirs}/jobs/train")
+    )
+    assert ours_only, "the operator's field manager is not told apart from the test's"
+    for name in ("train", "bench"):
+        job = cluster.request("GET", f"/apis/batch/v1/namespaces/{theirs}/jobs/{name}")
+        workload = workload_of(cluster, theirs, name)
+        assert workload is not None
+        for body in (job, workload):
+            assert not marks_of_the_operator(body), body["metadata"]
+            assert not managers(body) & ours_only, (name, managers(body), ours_only)
+        assert workload["spec"].get("active", True) is True, workload["spec"]

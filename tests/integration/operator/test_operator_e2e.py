@@ -103,18 +103,7 @@ def test_lifecycle_columns_wait_events_and_results(
     assert status["results"] == expected
     assert status["runId"] == report.run_id
 
-    table = cluster.kubectl("get", "bb", "-n", kube_namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "MODEL", "BATCH", "TOK/S", "REQ/S", "P50", "AGE"]
-    row = table[1].split()
-    assert row[:4] == ["simulated-throughput", "Succeeded", "Qwen/Qwen3-0.6B", "16"]
-    assert float(row[4]) == pytest.approx(status["headline"]["outputTokensPerSecond"], rel=1e-3)
-    assert float(row[5]) > 0
-    assert float(row[6]) > 0
-    wide = cluster.kubectl("get", "bb", "-n", kube_namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-4:] == ["P99", "ENGINE", "BEST-BATCH", "QUEUE-POS"]
-    assert wide[1].split()[-2:] == ["simulated", "16"]
-    assert len(wide[1].split()) == len(wide[0].split()) - 1  # not queued: its Queue-Pos cell is empty
-    assert status["headline"]["batchSize"] == 16
+    assert_columns_show_the_headline(cluster, kube_namespace, status)
 
     events = json.loads(
         cluster.kubectl(
@@ -162,6 +151,22 @@ def test_lifecycle_columns_wait_events_and_results(
         lambda: f'name="simulated-throughput",namespace="{kube_namespace}"' not in batchmark_operator.metrics(),
         30,
     )
+
+
+def assert_columns_show_the_headline(cluster: KubeCluster, namespace: str, status: dict[str, Any]) -> None:
+    """`kubectl get bb` (and -o wide) of a finished, unqueued simulated-throughput: its headline in the columns."""
+    table = cluster.kubectl("get", "bb", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "PHASE", "MODEL", "BATCH", "TOK/S", "REQ/S", "P50", "AGE"]
+    row = table[1].split()
+    assert row[:4] == ["simulated-throughput", "Succeeded", "Qwen/Qwen3-0.6B", "16"]
+    assert float(row[4]) == pytest.approx(status["headline"]["outputTokensPerSecond"], rel=1e-3)
+    assert float(row[5]) > 0
+    assert float(row[6]) > 0
+    wide = cluster.kubectl("get", "bb", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[-4:] == ["P99", "ENGINE", "BEST-BATCH", "QUEUE-POS"]
+    assert wide[1].split()[-2:] == ["simulated", "16"]
+    assert len(wide[1].split()) == len(wide[0].split()) - 1  # not queued: its Queue-Pos cell is empty
+    assert status["headline"]["batchSize"] == 16
 
 
 def operator_series(

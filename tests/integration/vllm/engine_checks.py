@@ -48,31 +48,7 @@ def record(completion: Completion) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    model, out, max_model_len = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    config = VllmPythonBatchBackendConfig(
-        model=model,
-        engine="vllm",
-        request_format="plain",
-        # Per-request stats on (vllm.LLM's default is off): the timings checked below come from them.
-        vllm_config={"dtype": "float32", "max_model_len": max_model_len, "seed": 0, "disable_log_stats": False},
-    )
-    results: dict[str, Any] = {}
-    started = time.monotonic()
-    engine = load_vllm_engine(config, seed=7)
-    results["load_seconds"] = time.monotonic() - started
-    assert isinstance(engine, GenerateEngine)
-    results["info"] = {"kind": engine.info.kind, "version": engine.info.version, "details": engine.info.details}
-    results["typed_prompts"] = engine.engine_input is not None
-    results["stat_loggers_dropped"] = engine.llm.llm_engine.logger_manager is None
-
-    # Batch: one generate() per batch; the too-long prompt (id 3) must fail alone.
-    batch = [item(1, 32, 5), item(2, 64, 9), item(3, max_model_len + 50, 4), item(4, 16, 1), item(5, 100, 17)]
-    results["batch"] = [record(c) for c in engine.run_batch(batch)]
-    # generate() runs the engine's steps inside; the runner counts them where generate calls them.
-    results["batch_steps"] = engine.clock.steps()
-    results["batch_engine_seconds"] = engine.clock.seconds
-
+def check_continuous(engine: GenerateEngine, max_model_len: int, results: dict[str, Any]) -> None:
     # Continuous: requests added while the engine runs, one of them invalid.
     finished: list[Completion] = []
     rejected = [c for c in (engine.add(i) for i in (item(11, 40, 12), item(12, max_model_len + 1, 3))) if c]
@@ -90,6 +66,8 @@ def main() -> None:
     results["continuous_steps"] = steps
     results["continuous_counted_steps"] = engine.clock.steps() - results["batch_steps"]
 
+
+def check_request_formats(engine: GenerateEngine, results: dict[str, Any]) -> None:
     # Request formats on the real tokenizer, each run through the engine.
     tokenizer = engine.llm.get_tokenizer()
     factory = TokenPromptFactory.for_vocabulary(len(tokenizer), special_token_ids(tokenizer), seed=7)
@@ -125,6 +103,35 @@ def main() -> None:
         results["broken_template"] = None
     except RequestFormatError as error:
         results["broken_template"] = str(error)
+
+
+def main() -> None:
+    model, out, max_model_len = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    config = VllmPythonBatchBackendConfig(
+        model=model,
+        engine="vllm",
+        request_format="plain",
+        # Per-request stats on (vllm.LLM's default is off): the timings checked below come from them.
+        vllm_config={"dtype": "float32", "max_model_len": max_model_len, "seed": 0, "disable_log_stats": False},
+    )
+    results: dict[str, Any] = {}
+    started = time.monotonic()
+    engine = load_vllm_engine(config, seed=7)
+    results["load_seconds"] = time.monotonic() - started
+    assert isinstance(engine, GenerateEngine)
+    results["info"] = {"kind": engine.info.kind, "version": engine.info.version, "details": engine.info.details}
+    results["typed_prompts"] = engine.engine_input is not None
+    results["stat_loggers_dropped"] = engine.llm.llm_engine.logger_manager is None
+
+    # Batch: one generate() per batch; the too-long prompt (id 3) must fail alone.
+    batch = [item(1, 32, 5), item(2, 64, 9), item(3, max_model_len + 50, 4), item(4, 16, 1), item(5, 100, 17)]
+    results["batch"] = [record(c) for c in engine.run_batch(batch)]
+    # generate() runs the engine's steps inside; the runner counts them where generate calls them.
+    results["batch_steps"] = engine.clock.steps()
+    results["batch_engine_seconds"] = engine.clock.seconds
+
+    check_continuous(engine, max_model_len, results)
+    check_request_formats(engine, results)
 
     # vLLM's default multiprocessing: its engine core is a child process, which close() must end.
     results["engine_children"] = [child.name for child in multiprocessing.active_children()]

@@ -40,7 +40,10 @@ class AdmissionQueue(RequestQueue[WorkItem]):
             return taken
 
 
-def dispatch_continuously(
+# One function on purpose: its loop runs between every two engine steps, and what it keeps (seats, the marks of
+# the last report, the busy period) lives in locals and one closure, not behind calls: each call there is paid
+# at every step (benchmarks/continuous_step_cost.py measures that cost).
+def dispatch_continuously(  # noqa: PLR0915
     engine: ContinuousEngine,
     queue: AdmissionQueue,
     reporter: Reporter,
