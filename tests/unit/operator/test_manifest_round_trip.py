@@ -155,3 +155,28 @@ def test_the_cases_give_every_option_of_run() -> None:
     given = {argument for case in CASES.values() for argument in case if argument.startswith("--")}
     assert options - {"--help"} - given == set(), "add a case for each new option of run"
     assert given >= LOCAL_ONLY
+
+
+# What the user chose is what the spec holds: the defaults come back from the models (and the CRD), so a spec
+# for the real engine carries no simulated engine's cost model, and a config file's keys are the spec's.
+def test_the_spec_holds_only_what_was_chosen(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*BASE, "--backend", "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,engine=vllm", "--metrics-linger", "0"]
+    assert printed_manifest(args, capsys)["spec"] == {
+        "backend": {"kind": "vllm_python_batch", "model": "Qwen/Qwen3-0.6B", "engine": "vllm"},
+        "data": {"kind": "synthetic_text", "promptTokens": 256, "outputTokens": 128},
+        "profile": {"kind": "throughput", "maxConcurrency": 20},
+        "constraints": [{"kind": "max_requests", "count": 100}],
+        "metrics": {"lingerSeconds": 0.0},
+    }
+
+
+def test_a_config_file_gives_the_spec_its_keys_and_nothing_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = printed_manifest(arguments("a config file", tmp_path), capsys)["spec"]
+    assert isinstance(spec, dict)
+    chosen = {key: value for key, value in CONFIG_FILE.items() if key != "name"}
+    profile = chosen["profile"]
+    assert isinstance(profile, dict)
+    # A bare number is written in the form the runner reads it as (below 1: a fraction of the run).
+    assert spec == {**chosen, "profile": {**profile, "cooldown": {"fraction": 0.1}}}

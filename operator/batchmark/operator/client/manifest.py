@@ -1,4 +1,8 @@
-"""``batchmark manifest``: the BatchBenchmark that runs on a cluster what ``batchmark run`` runs here."""
+"""``batchmark manifest``: the BatchBenchmark that runs on a cluster what ``batchmark run`` runs here.
+
+The spec holds what the user chose (the options given, the keys of --config), not every default: the models
+and the CRD give the defaults back, so it runs the same benchmark.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from batchmark.runner.observe.console import print_error
 
 # What a pod runs as `batchmark run` options; --output, --quiet and --metrics-address are the laptop's (README,
 # `batchmark manifest`), and the pod's own are set by the operator.
-_BENCHMARK_FIELDS = {"backend", "data", "profile", "constraints", "sweep", "slo", "cost", "repeats"}
+_BENCHMARK_FIELDS = {"backend", "data", "profile", "constraints", "sample_requests", "sweep", "slo", "cost", "repeats"}
 
 
 def manifest(config: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -27,12 +31,11 @@ def manifest(config: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
     dns_label("--name", config.name, "a BatchBenchmark")
     if args.namespace:
         dns_label("--namespace", args.namespace, "a namespace")
-    benchmark = config.model_dump(mode="json", by_alias=True, exclude_none=True, include=_BENCHMARK_FIELDS)
-    if not benchmark.get("slo"):
-        benchmark.pop("slo", None)  # no budget: the spec leaves it out
-    if benchmark.get("repeats") == 1:
-        benchmark.pop("repeats")  # the default: a spec without repeats reads as before
-    spec: dict[str, Any] = {**benchmark, "sampleRequests": config.sample_requests}
+    spec: dict[str, Any] = config.model_dump(
+        mode="json", by_alias=True, exclude_unset=True, exclude_none=True, include=_BENCHMARK_FIELDS
+    )
+    if not spec.get("slo"):
+        spec.pop("slo", None)  # no budget: the spec leaves it out
     if args.image is not None:
         spec["image"] = args.image
     metrics: dict[str, Any] = {}
