@@ -49,6 +49,18 @@ def register_manifest(commands: Subparsers) -> None:
     )
     parser.add_argument("--namespace", "-n", help="namespace written into the manifest (default: none)")
     parser.add_argument("--image", help="runner image (default: the operator's)")
+    parser.add_argument(
+        "--data-volume",
+        metavar="SPEC",
+        help="where the pod reads --data's file from: configMap=NAME or claimName=CLAIM, [mountPath=/data] "
+        "(spec.dataVolume); data.path is written as the pod sees it. Required for a file on this machine",
+    )
+    parser.add_argument(
+        "--model-cache",
+        metavar="SPEC",
+        help="claimName=CLAIM[,mountPath=/models]: a PersistentVolumeClaim of downloaded models and datasets, "
+        "HF_HOME in the pod (spec.modelCache; default: the operator's)",
+    )
     parser.set_defaults(handler=_manifest)
 
 

@@ -559,6 +559,94 @@ MANIFEST_CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
     "negative metrics linger": (lambda t: run_args(extra=["--metrics-linger", "-1"]), ["--metrics-linger", "-1"]),
     "metrics linger over an hour": (lambda t: run_args(extra=["--metrics-linger", "3601"]), ["--metrics-linger"]),
     "NaN metrics linger": (lambda t: run_args(extra=["--metrics-linger", "nan"]), ["--metrics-linger", "nan"]),
+    "a file on this machine without a data volume": (
+        lambda t: [*run_args(), "--data", "kind=file,path=prompts.jsonl"],
+        ["--data", "path", "'prompts.jsonl'", "kubectl create configmap", "--data-volume"],
+    ),
+    "ShareGPT on this machine without a data volume": (
+        lambda t: [*run_args(), "--data", "kind=sharegpt,path=[/x].json"],
+        ["--data", "path", "'[/x].json'", "--data-volume"],
+    ),
+    "a dataset folder on this machine without a data volume": (
+        lambda t: [*run_args(), "--data", f"kind=dataset,path={t}"],
+        ["--data", "path", "--data-volume"],
+    ),
+    "data volume whose ConfigMap is markup": (
+        lambda t: [*run_args(), "--data", "kind=file,path=p.jsonl", "--data-volume", "configMap=[/x]"],
+        ["--data-volume", "configMap", "'[/x]'"],
+    ),
+    "data volume with a ConfigMap and a claim": (
+        lambda t: [*run_args(), "--data", "kind=file,path=p.jsonl", "--data-volume", "configMap=a,claimName=b"],
+        ["--data-volume", "give one of configMap or claimName"],
+    ),
+    "data volume of no source": (
+        lambda t: [*run_args(), "--data", "kind=file,path=p.jsonl", "--data-volume", "mountPath=/data"],
+        ["--data-volume", "give one of configMap or claimName"],
+    ),
+    "data volume with an unknown key": (
+        lambda t: [*run_args(), "--data", "kind=file,path=p.jsonl", "--data-volume", "configMap=a,secret=b"],
+        ["--data-volume", "secret", "unknown key"],
+    ),
+    "data volume that is no key=value": (
+        lambda t: [*run_args(), "--data", "kind=file,path=p.jsonl", "--data-volume", "prompts"],
+        ["--data-volume", "'prompts'", "key=value"],
+    ),
+    "data volume's mount path relative": (
+        lambda t: [*run_args(), "--data", "kind=file,path=p.jsonl", "--data-volume", "configMap=a,mountPath=data"],
+        ["--data-volume", "mountPath", "'data'"],
+    ),
+    "data volume over the runner's config": (
+        lambda t: [*run_args(), "--data", "kind=file,path=p.jsonl", "--data-volume", "claimName=a,mountPath=/etc"],
+        ["--data-volume", "mountPath", "'/etc'", "/etc/batchmark"],
+    ),
+    "data volume's mount path in two spellings": (
+        lambda t: [
+            *run_args(),
+            *("--data", "kind=file,path=p.jsonl"),
+            *("--data-volume", "configMap=a,mountPath=/a,mount_path=/b"),
+        ],
+        ["--data-volume", "mountPath", "given twice"],
+    ),
+    "data volume for synthetic data": (
+        lambda t: [*run_args(), "--data-volume", "configMap=prompts"],
+        ["--data-volume", "synthetic_text"],
+    ),
+    "a file outside the claim's mount path": (
+        lambda t: [*run_args(), "--data", "kind=file,path=/home/me/p.jsonl", "--data-volume", "claimName=corpus"],
+        ["--data", "path", "'/home/me/p.jsonl'", "mountPath '/data'"],
+    ),
+    "a file that leaves the claim": (
+        lambda t: [*run_args(), "--data", "kind=file,path=../p.jsonl", "--data-volume", "claimName=corpus"],
+        ["--data", "path", "'../p.jsonl'", "leaves the data volume"],
+    ),
+    "a file that cannot be a ConfigMap key": (
+        lambda t: [*run_args(), "--data", "kind=file,path=my prompts.jsonl", "--data-volume", "configMap=a"],
+        ["--data", "path", "'my prompts.jsonl'", "ConfigMap"],
+    ),
+    "model cache in capitals": (
+        lambda t: [*run_args(), "--model-cache", "claimName=Models"],
+        ["--model-cache", "claimName", "'Models'"],
+    ),
+    "model cache from a ConfigMap": (
+        lambda t: [*run_args(), "--model-cache", "configMap=models"],
+        ["--model-cache", "configMap", "unknown key"],
+    ),
+    "model cache of no claim": (
+        lambda t: [*run_args(), "--model-cache", "mountPath=/models"],
+        ["--model-cache", "claimName"],
+    ),
+    "model cache over shared memory": (
+        lambda t: [*run_args(), "--model-cache", "claimName=models,mountPath=/dev"],
+        ["--model-cache", "mountPath", "'/dev'", "/dev/shm"],
+    ),
+    "data volume over the model cache": (
+        lambda t: [
+            *run_args(),
+            *("--data", "kind=file,path=p.jsonl", "--data-volume", "claimName=a,mountPath=/models/data"),
+            *("--model-cache", "claimName=models"),
+        ],
+        ["--data-volume", "mountPath", "overlaps /models"],
+    ),
 }
 
 

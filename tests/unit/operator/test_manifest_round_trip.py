@@ -5,6 +5,7 @@ BatchBenchmark that `manifest` prints goes through the operator (spec -> ConfigM
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ from batchmark.operator.controller import children
 from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner.cli import build_parser, main
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
+from batchmark.runner.config.data import FileDataConfig
 from batchmark.runner.config.load import load_config
 from batchmark.runner.config.run import RunConfig
-from batchmark.runner.contract import CONFIG_KEY, CONFIG_PATH
+from batchmark.runner.contract import CONFIG_KEY, CONFIG_PATH, ENV_DATA_DIRECTORY
+from batchmark.runner.data.records import data_path
 
 BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated"
 BASE = [
@@ -155,3 +158,139 @@ def test_the_cases_give_every_option_of_run() -> None:
     given = {argument for case in CASES.values() for argument in case if argument.startswith("--")}
     assert options - {"--help"} - given == set(), "add a case for each new option of run"
     assert given >= LOCAL_ONLY
+
+
+# What the user chose is what the spec holds: the defaults come back from the models (and the CRD), so a spec
+# for the real engine carries no simulated engine's cost model, and a config file's keys are the spec's.
+def test_the_spec_holds_only_what_was_chosen(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*BASE, "--backend", "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,engine=vllm", "--metrics-linger", "0"]
+    assert printed_manifest(args, capsys)["spec"] == {
+        "backend": {"kind": "vllm_python_batch", "model": "Qwen/Qwen3-0.6B", "engine": "vllm"},
+        "data": {"kind": "synthetic_text", "promptTokens": 256, "outputTokens": 128},
+        "profile": {"kind": "throughput", "maxConcurrency": 20},
+        "constraints": [{"kind": "max_requests", "count": 100}],
+        "metrics": {"lingerSeconds": 0.0},
+    }
+
+
+def test_a_config_file_gives_the_spec_its_keys_and_nothing_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = printed_manifest(arguments("a config file", tmp_path), capsys)["spec"]
+    assert isinstance(spec, dict)
+    chosen = {key: value for key, value in CONFIG_FILE.items() if key != "name"}
+    profile = chosen["profile"]
+    assert isinstance(profile, dict)
+    # A bare number is written in the form the runner reads it as (below 1: a fraction of the run).
+    assert spec == {**chosen, "profile": {**profile, "cooldown": {"fraction": 0.1}}}
+
+
+# The user's data reaches the pod through a volume only: manifest writes data.path as the pod reads it (under
+# the volume, where the operator points BATCHMARK_DATA_DIR), and the pod reads the very file the laptop reads.
+PROMPTS = '{"prompt": "Why is the sky blue?"}\n{"prompt": "Count to three."}\n'
+
+
+def prompts_file(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus" / "prompts.jsonl"
+    path.parent.mkdir()
+    path.write_text(PROMPTS)
+    return path
+
+
+def file_data_args(path: str) -> list[str]:
+    return [*BASE[:2], "--data", f"kind=file,path={path},samples=2", *BASE[4:], "--name", "mine"]
+
+
+def test_a_file_on_this_machine_without_a_volume_is_refused_with_the_command_that_fixes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = prompts_file(tmp_path)
+    assert main(["manifest", *file_data_args(str(path))]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    message = " ".join(captured.err.split())
+    assert f"--data: path: '{path}'" in message
+    assert f"kubectl create configmap mine-data --from-file={path}" in message
+    assert "--data-volume configMap=mine-data" in message
+    assert "claimName=" in message
+
+
+def pod_reads(spec: BatchBenchmarkSpec, in_pod: RunConfig, mount: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the pod's runner opens, with ``mount`` standing for the data volume's folder in the pod."""
+    pod = children.job(children.Owner("benchmarks", "mine", "uid-1"), spec)["spec"]["template"]["spec"]
+    assert spec.data_volume is not None
+    source = (
+        {"configMap": {"name": spec.data_volume.config_map}}
+        if spec.data_volume.config_map
+        else {"persistentVolumeClaim": {"claimName": spec.data_volume.claim_name, "readOnly": True}}
+    )
+    assert {"name": "data", **source} in pod["volumes"]
+    assert {"name": ENV_DATA_DIRECTORY, "value": spec.data_volume.mount_path} in pod["containers"][0]["env"]
+    monkeypatch.setenv(ENV_DATA_DIRECTORY, str(mount))
+    assert isinstance(in_pod.data, FileDataConfig)
+    return data_path(in_pod.data.path)
+
+
+@pytest.mark.parametrize(
+    ("volume", "given", "in_pod"),
+    [
+        ("configMap=prompts", "{file}", "prompts.jsonl"),  # kubectl create configmap --from-file keys it by name
+        ("configMap=prompts,mountPath=/prompts", "corpus/prompts.jsonl", "prompts.jsonl"),
+        ("claimName=corpus", "corpus/prompts.jsonl", "corpus/prompts.jsonl"),  # relative to the claim's root
+        ("claimName=corpus,mountPath=/mnt/c", "/mnt/c/corpus/prompts.jsonl", "corpus/prompts.jsonl"),
+    ],
+)
+def test_a_data_volume_carries_the_file_into_the_pod(
+    volume: str,
+    given: str,
+    in_pod: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    laptop_file = prompts_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = file_data_args(given.replace("{file}", str(laptop_file)))
+    document = printed_manifest([*args, "--data-volume", volume], capsys)
+    spec = OperatorDefaults().apply(BatchBenchmarkSpec.model_validate(document["spec"]))
+    expected_volume = dict(item.split("=") for item in volume.split(","))
+    assert document["spec"]["dataVolume"] == expected_volume  # type: ignore[index]
+    assert document["spec"]["data"]["path"] == in_pod  # type: ignore[index]
+    # The same benchmark but for where the file is read from.
+    laptop = load_config(build_parser().parse_args(["run", *args]))
+    assert isinstance(laptop.data, FileDataConfig)
+    expected = laptop.model_copy(update={"data": laptop.data.model_copy(update={"path": in_pod})})
+    pod, _ = pod_config(spec, "mine", tmp_path)
+    assert pod == expected
+    # The pod's folder as the volume fills it: a ConfigMap's keys side by side, a claim's tree as it is.
+    mount = tmp_path / "mounted"
+    if "configMap" in volume:
+        mount.mkdir()
+        shutil.copy(laptop_file, mount / laptop_file.name)
+    else:
+        mount.symlink_to(tmp_path)  # the claim holds corpus/prompts.jsonl at its root
+    assert pod_reads(spec, pod, mount, monkeypatch).read_text() == laptop_file.read_text()
+
+
+def test_a_model_cache_is_mounted_as_the_pods_hf_home(capsys: pytest.CaptureFixture[str]) -> None:
+    document = printed_manifest([*BASE, "--model-cache", "claimName=models,mountPath=/cache"], capsys)
+    assert document["spec"]["modelCache"] == {"claimName": "models", "mountPath": "/cache"}  # type: ignore[index]
+    spec = BatchBenchmarkSpec.model_validate(document["spec"])
+    pod = children.job(children.Owner("benchmarks", "mine", "uid-1"), spec)["spec"]["template"]["spec"]
+    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "models"}} in pod["volumes"]
+    assert {"name": "HF_HOME", "value": "/cache"} in pod["containers"][0]["env"]
+
+
+def test_a_hub_dataset_needs_no_data_volume(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*BASE[:2], "--data", "kind=dataset,path=org/prompts", *BASE[4:]]
+    spec = printed_manifest([*args, "--model-cache", "claimName=models"], capsys)["spec"]
+    assert spec["data"] == {"kind": "dataset", "path": "org/prompts"}  # type: ignore[index]
+    assert "dataVolume" not in spec  # type: ignore[operator]
+
+
+def test_every_option_of_manifest_beyond_runs_is_tested() -> None:
+    parser = build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    own = {option for action in commands.choices["manifest"]._actions for option in action.option_strings}
+    run = {option for action in commands.choices["run"]._actions for option in action.option_strings}
+    assert own - run == {"--namespace", "-n", "--image", "--data-volume", "--model-cache"}
