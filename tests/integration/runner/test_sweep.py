@@ -230,7 +230,8 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
         assert figure.count == 3
         assert figure.low is not None
         assert figure.high is not None
-        assert figure.low <= figure.mean <= figure.high
+        assert 0 < figure.low <= figure.mean <= figure.high
+        assert figure.interval_method == "t interval on log values (geometric mean, back-transformed)"
         assert entry.slo == "met"
         assert entry.cost_per_million_output_tokens is not None
         assert set(entry.latency) == {"request_latency_p99"}
@@ -262,6 +263,24 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
         interval = "batchmark_result_output_tokens_per_second_interval"
         low = registry.get_sample_value(interval, {**labels, "bound": "low"})
         assert low == pytest.approx(entry.output_tokens_per_second.low)
+        for figure_name in (
+            "requests_per_second",
+            "output_tokens_per_second",
+            "total_tokens_per_second",
+            "goodput_output_tokens_per_second",
+            "cost_per_million_output_tokens",
+        ):
+            pushed = getattr(entry, figure_name)
+            for bound in ("low", "high"):
+                value = registry.get_sample_value(
+                    "batchmark_result_interval", {**labels, "figure": figure_name, "bound": bound}
+                )
+                assert value is not None
+                assert value == pytest.approx(getattr(pushed, bound))
+                assert value > 0
+        goodput = registry.get_sample_value("batchmark_result_goodput_output_tokens_per_second", labels)
+        assert entry.goodput_output_tokens_per_second is not None
+        assert goodput == pytest.approx(entry.goodput_output_tokens_per_second.mean)
         chosen_size = str(chosen.swept["batch_size"])
         assert registry.get_sample_value("batchmark_result_recommended", labels) == (1 if size == chosen_size else 0)
 
@@ -288,10 +307,18 @@ def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.
     )
     assert code == 0
     console = " ".join(capsys.readouterr().out.split())
-    assert "over 2 repeats: mean ± half the 95% confidence interval" in console
+    assert "over 2 repeats: mean [95% confidence interval, t on log values]" in console
+    assert "total tok/s" in console
+    assert "warning: only 2 repeats of some benchmarks" in console
     saved = RunReport.model_validate(json.loads(outputs[0].read_text()))
     assert saved.repeated is not None
     assert len(saved.repeated) == 2
+    assert saved.repeats_warning is not None
+    assert saved.repeats_warning.startswith("warning: only 2 repeats")
+    for entry in saved.repeated:
+        for figure in (entry.output_tokens_per_second, entry.total_tokens_per_second, entry.requests_per_second):
+            assert figure.low is not None
+            assert figure.low > 0
     header = outputs[1].read_text().splitlines()[0].split(",")
     assert {"repeat", "point", "repeated.output_tokens_per_second.low"} <= set(header)
     assert "repeated:" in outputs[2].read_text()
@@ -299,6 +326,8 @@ def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, capsys: pytest.
     page = outputs[3].read_text()
     assert page.count('<g class="error-bar">') == 4  # two points, throughput and latency
     assert "(mean, 95% CI)" in page
+    assert '<table id="repeats">' in page
+    assert "warning: only 2 repeats of some benchmarks" in page
 
 
 def test_batch_size_auto_finds_the_full_lists_best_in_at_most_half_the_points() -> None:

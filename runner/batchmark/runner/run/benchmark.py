@@ -35,7 +35,7 @@ from batchmark.runner.lifecycle.shutdown import StopFlag
 from batchmark.runner.results.budget import RequestBudget, recommend, verdict
 from batchmark.runner.results.cost import price
 from batchmark.runner.results.decision import decide
-from batchmark.runner.results.repeats import repeated_benchmarks
+from batchmark.runner.results.repeats import few_repeats_warning, repeated_benchmarks
 from batchmark.runner.results.report import (
     BenchmarkResult,
     EngineLoad,
@@ -291,10 +291,12 @@ class BenchmarkRunner:
         budget = bool(self.config.slo)
         recommendation = recommend(results, budget) if budget or len(results) > 1 else None
         repeated = None
+        repeats_warning = None
         if self.config.repeats > 1:
             repeated = repeated_benchmarks(results, self.config.slo)
             latency_name = next(iter(self.config.slo), "request_latency_p99")
             recommendation = decide(repeated, results, budget, latency_name) if budget or len(repeated) > 1 else None
+            repeats_warning = few_repeats_warning(repeated)
         return RunReport(
             name=self.config.name,
             run_id=self.run_id,
@@ -312,6 +314,7 @@ class BenchmarkRunner:
             recommendation=recommendation,
             repeats=self.config.repeats,
             repeated=repeated,
+            repeats_warning=repeats_warning,
         )
 
     def _engine_summary(self) -> EngineSummary:
