@@ -354,3 +354,25 @@ def test_batch_size_auto_finds_the_full_lists_best_in_at_most_half_the_points() 
     assert len(search.visited) <= len(search.candidates) // 2
     assert [b.batch_size for b in searched.benchmarks] == search.visited
     assert [event[0] for event in recorder.events].count("loaded") == 1
+
+
+def test_batch_size_auto_interleaves_its_repeats() -> None:
+    searched, _ = run({"batch_size": "auto:8-64"}, requests=64, repeats=3)
+    assert searched.sweep is not None
+    search = searched.sweep.search
+    assert search is not None
+    visited = len(search.visited)
+    assert visited >= 2
+    # The search measures each point once, then every point it visited once per round: no point's repeats run
+    # back to back within a round.
+    repeats = [(benchmark.repeat, benchmark.batch_size) for benchmark in searched.benchmarks]
+    assert [batch for repeat, batch in repeats[:visited] if repeat == 0] == search.visited
+    for round_number in (1, 2):
+        start = visited * round_number
+        assert [repeat for repeat, _ in repeats[start : start + visited]] == [round_number] * visited
+        assert sorted(batch or 0 for _, batch in repeats[start : start + visited]) == sorted(search.visited)
+    assert searched.repeated is not None
+    assert all(entry.output_tokens_per_second.count == 3 for entry in searched.repeated)
+    assert search.best in search.visited
+    assert searched.recommendation is not None
+    assert searched.recommendation.certainty in ("distinguishable", "tied")
