@@ -335,6 +335,13 @@ RESULT_OUTPUT_TOKENS_PER_SECOND_INTERVAL: Final = _pushed(
     ("bound",),
 )
 RESULT_REPEATS: Final = _pushed("batchmark_result_repeats", "With repeats: measurements the mean figures come from.")
+RESULT_INTERVAL: Final = _pushed(
+    "batchmark_result_interval",
+    "With repeats: the 95% confidence interval of a headline figure's mean (figure: requests_per_second,"
+    " output_tokens_per_second, total_tokens_per_second, goodput_output_tokens_per_second or"
+    " cost_per_million_output_tokens; bound: low or high), a t interval on the log values.",
+    ("figure", "bound"),
+)
 PUSHED_SERIES: Final = (
     LAST_FAILURE,
     LAST_SUCCESS,
@@ -356,6 +363,7 @@ PUSHED_SERIES: Final = (
     RESULT_RECOMMENDED,
     RESULT_OUTPUT_TOKENS_PER_SECOND_INTERVAL,
     RESULT_REPEATS,
+    RESULT_INTERVAL,
 )
 
 # The operator's own series. Its per-benchmark ones carry the BatchBenchmark's namespace and name, which alerts route

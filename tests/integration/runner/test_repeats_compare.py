@@ -1,4 +1,4 @@
-"""`batchmark compare` on runs with repeats: per figure, beyond the intervals or within noise."""
+"""`batchmark compare` on runs with repeats: per figure, different by the recommendation's test or within noise."""
 
 from __future__ import annotations
 
@@ -47,12 +47,14 @@ def test_compare_says_per_figure_whether_two_runs_differ_beyond_their_intervals(
     lines = compare(fast, slow)
     throughput = next(line for line in lines if ", output_tokens_per_second:" in line)
     assert "differs (-" in throughput
-    assert "intervals apart" in throughput
+    # The recommendation's rule, not the intervals' overlap: Welch's t-test at 0.05 on the repeats.
+    assert "Welch's t-test p=" in throughput
+    assert "< 0.05)" in throughput
     assert any("request_latency_p99" in line for line in lines)
-    # A run against itself: every interval overlaps its own.
+    # A run against itself: no figure differs from its own.
     same = compare(fast, fast)
     assert same
-    assert all("within noise (intervals overlap)" in line for line in same)
+    assert all("within noise (Welch's t-test p=1 >= 0.05)" in line for line in same)
 
 
 def test_compare_without_repeats_says_there_are_no_intervals(tmp_path: Path) -> None:

@@ -228,7 +228,8 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
         assert figure.count == 3
         assert figure.low is not None
         assert figure.high is not None
-        assert figure.low <= figure.mean <= figure.high
+        assert 0 < figure.low <= figure.mean <= figure.high
+        assert figure.interval_method == "t interval on log values (geometric mean, back-transformed)"
         assert entry.slo == "met"
         assert entry.cost_per_million_output_tokens is not None
         assert set(entry.latency) == {"request_latency_p99"}
@@ -248,7 +249,12 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
     assert top.output_tokens_per_second_low == pytest.approx(figure.low, rel=1e-5)
     assert len(termination_message(report).encode()) <= 4096
     assert [entry.repeat for entry in run_summary(report).results] == [0, 0, 1, 1, 2, 2]
-    # The push: one label set per point, with the mean, the interval and the recommended mark on all repeats.
+    assert_pushed_with_intervals(report, str(chosen.swept["batch_size"]))
+
+
+def assert_pushed_with_intervals(report: RunReport, chosen_size: str) -> None:
+    """The push: one label set per point, with the mean, the interval and the recommended mark on all repeats."""
+    assert report.repeated is not None
     registry = results_registry("bench", report)
     sizes = {"2": report.repeated[0], "16": report.repeated[1]}
     for size, entry in sizes.items():
@@ -260,7 +266,24 @@ def test_repeats_interleave_the_points_on_one_load_and_report_intervals(tmp_path
         interval = "batchmark_result_output_tokens_per_second_interval"
         low = registry.get_sample_value(interval, {**labels, "bound": "low"})
         assert low == pytest.approx(entry.output_tokens_per_second.low)
-        chosen_size = str(chosen.swept["batch_size"])
+        for figure_name in (
+            "requests_per_second",
+            "output_tokens_per_second",
+            "total_tokens_per_second",
+            "goodput_output_tokens_per_second",
+            "cost_per_million_output_tokens",
+        ):
+            pushed = getattr(entry, figure_name)
+            for bound in ("low", "high"):
+                value = registry.get_sample_value(
+                    "batchmark_result_interval", {**labels, "figure": figure_name, "bound": bound}
+                )
+                assert value is not None
+                assert value == pytest.approx(getattr(pushed, bound))
+                assert value > 0
+        goodput = registry.get_sample_value("batchmark_result_goodput_output_tokens_per_second", labels)
+        assert entry.goodput_output_tokens_per_second is not None
+        assert goodput == pytest.approx(entry.goodput_output_tokens_per_second.mean)
         assert registry.get_sample_value("batchmark_result_recommended", labels) == (1 if size == chosen_size else 0)
 
 
@@ -286,10 +309,18 @@ def test_repeats_in_the_files_and_on_the_console(tmp_path: Path) -> None:
     )
     assert finished.code == 0, finished.stderr
     console = " ".join(finished.stdout.split())
-    assert "over 2 repeats: mean ± half the 95% confidence interval" in console
+    assert "over 2 repeats: mean [95% confidence interval, t on log values]" in console
+    assert "total tok/s" in console
+    assert "warning: only 2 repeats of some benchmarks" in console
     saved = RunReport.model_validate(json.loads(outputs[0].read_text()))
     assert saved.repeated is not None
     assert len(saved.repeated) == 2
+    assert saved.repeats_warning is not None
+    assert saved.repeats_warning.startswith("warning: only 2 repeats")
+    for entry in saved.repeated:
+        for figure in (entry.output_tokens_per_second, entry.total_tokens_per_second, entry.requests_per_second):
+            assert figure.low is not None
+            assert figure.low > 0
     header = outputs[1].read_text().splitlines()[0].split(",")
     assert {"repeat", "point", "repeated.output_tokens_per_second.low"} <= set(header)
     assert "repeated:" in outputs[2].read_text()
@@ -297,6 +328,8 @@ def test_repeats_in_the_files_and_on_the_console(tmp_path: Path) -> None:
     page = outputs[3].read_text()
     assert page.count('<g class="error-bar">') == 4  # two points, throughput and latency
     assert "(mean, 95% CI)" in page
+    assert '<table id="repeats">' in page
+    assert "warning: only 2 repeats of some benchmarks" in page
 
 
 def test_batch_size_auto_finds_the_full_lists_best_in_at_most_half_the_points() -> None:
@@ -323,3 +356,25 @@ def test_batch_size_auto_finds_the_full_lists_best_in_at_most_half_the_points() 
     assert len(search.visited) <= len(search.candidates) // 2
     assert [b.batch_size for b in searched.benchmarks] == search.visited
     assert [event[0] for event in recorder.events].count("loaded") == 1
+
+
+def test_batch_size_auto_interleaves_its_repeats() -> None:
+    searched, _ = run({"batch_size": "auto:8-64"}, requests=64, repeats=3)
+    assert searched.sweep is not None
+    search = searched.sweep.search
+    assert search is not None
+    visited = len(search.visited)
+    assert visited >= 2
+    # The search measures each point once, then every point it visited once per round: no point's repeats run
+    # back to back within a round.
+    repeats = [(benchmark.repeat, benchmark.batch_size) for benchmark in searched.benchmarks]
+    assert [batch for repeat, batch in repeats[:visited] if repeat == 0] == search.visited
+    for round_number in (1, 2):
+        start = visited * round_number
+        assert [repeat for repeat, _ in repeats[start : start + visited]] == [round_number] * visited
+        assert sorted(batch or 0 for _, batch in repeats[start : start + visited]) == sorted(search.visited)
+    assert searched.repeated is not None
+    assert all(entry.output_tokens_per_second.count == 3 for entry in searched.repeated)
+    assert search.best in search.visited
+    assert searched.recommendation is not None
+    assert searched.recommendation.certainty in ("distinguishable", "tied")

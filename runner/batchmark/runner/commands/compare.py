@@ -11,10 +11,17 @@ from batchmark.runner.config.load import UsageError
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.observe.console import print_error, print_plain
 from batchmark.runner.results.htmlreport.render import print_comparison, render
+from batchmark.runner.results.repeats import SIGNIFICANCE, TEST, differ
 from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport
 
 # The figures compared beyond their intervals; the latency statistics both runs carry are added.
-_FIGURES = ("output_tokens_per_second", "requests_per_second", "total_tokens_per_second")
+_FIGURES = (
+    "output_tokens_per_second",
+    "requests_per_second",
+    "total_tokens_per_second",
+    "goodput_output_tokens_per_second",
+    "cost_per_million_output_tokens",
+)
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -38,12 +45,10 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def differs(first: Estimate, second: Estimate) -> bool | None:
-    """Whether two repeated figures differ beyond their 95% intervals (the intervals do not overlap); None when
-    either has no interval (one repeat)."""
-    if first.low is None or first.high is None or second.low is None or second.high is None:
-        return None
-    return first.high < second.low or second.high < first.low
+def differs(first: Estimate, second: Estimate) -> tuple[bool | None, float | None]:
+    """Whether two repeated figures differ by the rule the recommendation uses (``repeats.differ``: Welch's t-test
+    at 0.05 on their repeats), and the p-value; (None, None) when either has one repeat or no values stored."""
+    return differ(first.values, second.values)
 
 
 def _key(entry: RepeatedBenchmark) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -51,14 +56,14 @@ def _key(entry: RepeatedBenchmark) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 def _figures(entry: RepeatedBenchmark) -> dict[str, Estimate]:
-    figures: dict[str, Estimate] = {name: getattr(entry, name) for name in _FIGURES}
+    figures: dict[str, Estimate] = {name: figure for name in _FIGURES if (figure := getattr(entry, name)) is not None}
     figures.update(entry.latency)
     return figures
 
 
 def noise_lines(reports: list[tuple[str, RunReport]]) -> list[str]:
-    """Each run against the first, benchmark by benchmark and figure by figure: "differs" when the 95% intervals
-    over their repeats do not overlap, "within noise" when they do."""
+    """Each run against the first, benchmark by benchmark and figure by figure: "differs" when Welch's t-test on
+    their repeats says so at 0.05 (the recommendation's rule), "within noise" when it does not."""
     (base_label, base), *others = reports
     lines: list[str] = []
     for label, report in others:
@@ -75,14 +80,14 @@ def noise_lines(reports: list[tuple[str, RunReport]]) -> list[str]:
             mine, their_figures = _figures(entry), _figures(other)
             for figure in (figure for figure in mine if figure in their_figures):
                 a, b = mine[figure], their_figures[figure]
-                verdict = differs(a, b)
+                verdict, p_value = differs(a, b)
                 change = f"{b.mean / a.mean - 1:+.1%}" if a.mean else "n/a"
                 said = (
-                    "no interval (one repeat)"
+                    "no test (one repeat, or no repeat values in an older result)"
                     if verdict is None
-                    else f"differs ({change}, intervals apart)"
+                    else f"differs ({change}, {TEST} p={p_value:.3g} < {SIGNIFICANCE})"
                     if verdict
-                    else "within noise (intervals overlap)"
+                    else f"within noise ({TEST} p={p_value:.3g} >= {SIGNIFICANCE})"
                 )
                 lines.append(f"{label} against {base_label}, {name}, {figure}: {_shown(b)} against {_shown(a)}: {said}")
     return lines

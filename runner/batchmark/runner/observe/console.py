@@ -166,12 +166,12 @@ def summary_tables(report: RunReport) -> list[Table]:
 
 
 def _interval(figure: Estimate | None, digits: str = ",.1f") -> str:
-    """mean ± half the 95% interval of a repeated figure."""
+    """mean [95% interval] of a repeated figure: the interval is on the log scale, so not symmetric."""
     if figure is None:
         return "-"
     if figure.low is None or figure.high is None:
         return format(figure.mean, digits)
-    return f"{figure.mean:{digits}} ± {(figure.high - figure.low) / 2:{digits}}"
+    return f"{figure.mean:{digits}} [{figure.low:{digits}}, {figure.high:{digits}}]"
 
 
 def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
@@ -179,10 +179,12 @@ def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
     if not report.repeated:
         return None
     table = Table(
-        title=f"over {report.repeats} repeats: mean ± half the 95% confidence interval; spread = std / mean",
+        title=f"over {report.repeats} repeats: mean [95% confidence interval, t on log values]; spread = std / mean",
         title_justify="left",
     )
     latency_names = list(report.repeated[0].latency)
+    with_goodput = any(entry.goodput_output_tokens_per_second is not None for entry in report.repeated)
+    with_cost = any(entry.cost_per_million_output_tokens is not None for entry in report.repeated)
     columns = [
         *(name.removeprefix("vllm_config.") for name in swept),
         "benchmark",
@@ -190,6 +192,9 @@ def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
         "out tok/s",
         "spread",
         "req/s",
+        "total tok/s",
+        *(["good out tok/s"] if with_goodput else []),
+        *(["per M out tok"] if with_cost else []),
         *latency_names,
         "budget",
     ]
@@ -207,6 +212,9 @@ def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
             _interval(figure),
             "-" if figure.relative_spread is None else f"{figure.relative_spread:.1%}",
             _interval(entry.requests_per_second, ",.2f"),
+            _interval(entry.total_tokens_per_second),
+            *([_interval(entry.goodput_output_tokens_per_second)] if with_goodput else []),
+            *([_interval(entry.cost_per_million_output_tokens, ".4g")] if with_cost else []),
             *(_interval(entry.latency.get(name), ".4g") for name in latency_names),
             budget,
         )

@@ -16,7 +16,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, pushadd_to_gateway
 
 from batchmark.runner import __version__, series
-from batchmark.runner.results.report import RepeatedBenchmark, RunReport
+from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport
 
 QUANTILE_FIELDS: Final = {"median": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99", "p999": "0.999"}
 # Stop reasons that mean the benchmark did not finish its job, whatever it measured before.
@@ -95,6 +95,7 @@ def _push_throughputs(
     total = series.gauge(series.RESULT_TOTAL_TOKENS_PER_SECOND, registry)
     if report.repeated:
         interval = series.gauge(series.RESULT_OUTPUT_TOKENS_PER_SECOND_INTERVAL, registry)
+        intervals = series.gauge(series.RESULT_INTERVAL, registry)
         repeats = series.gauge(series.RESULT_REPEATS, registry)
     for index, (benchmark, label) in enumerate(zip(report.benchmarks, labels, strict=True)):
         entry = repeated_of.get(index)
@@ -113,6 +114,22 @@ def _push_throughputs(
             value = getattr(entry.output_tokens_per_second, bound)
             if value is not None:
                 interval.labels(*label, bound).set(value)
+        for figure_name in _INTERVAL_FIGURES:
+            figure: Estimate | None = getattr(entry, figure_name)
+            for bound in ("low", "high"):
+                value = getattr(figure, bound) if figure is not None else None
+                if value is not None:
+                    intervals.labels(*label, figure_name, bound).set(value)
+
+
+# The headline figures whose interval is pushed as batchmark_result_interval{figure=...}.
+_INTERVAL_FIGURES = (
+    "requests_per_second",
+    "output_tokens_per_second",
+    "total_tokens_per_second",
+    "goodput_output_tokens_per_second",
+    "cost_per_million_output_tokens",
+)
 
 
 def _push_counts(registry: CollectorRegistry, report: RunReport, labels: list[BenchmarkLabels]) -> None:
@@ -146,7 +163,8 @@ def _push_verdicts(
     repeated_of: dict[int, RepeatedBenchmark],
 ) -> None:
     """The recommendation (with repeats it marks all of the chosen benchmark's), and where the run has a latency
-    budget or a GPU price, each benchmark's verdict, goodput and cost."""
+    budget or a GPU price, each benchmark's verdict, goodput and cost (the output ones as the mean over the
+    repeats, which share a label set)."""
     chosen = report.recommendation.benchmark if report.recommendation is not None else None
     chosen_group = set(repeated_of[chosen].benchmarks) if chosen in repeated_of else {chosen}
     recommended = series.gauge(series.RESULT_RECOMMENDED, registry)
@@ -156,22 +174,32 @@ def _push_verdicts(
         slo_met = series.gauge(series.RESULT_SLO_MET, registry)
         goodput_requests = series.gauge(series.RESULT_GOODPUT_REQUESTS_PER_SECOND, registry)
         goodput_output = series.gauge(series.RESULT_GOODPUT_OUTPUT_TOKENS_PER_SECOND, registry)
-        for benchmark, label in zip(report.benchmarks, labels, strict=True):
+        for index, (benchmark, label) in enumerate(zip(report.benchmarks, labels, strict=True)):
             if benchmark.slo is not None:
                 slo_met.labels(*label).set(1 if benchmark.slo.met else 0)
                 goodput_requests.labels(*label).set(benchmark.slo.goodput.requests_per_second)
-                goodput_output.labels(*label).set(benchmark.slo.goodput.output_tokens_per_second)
+                goodput = _mean_over_repeats(repeated_of.get(index), "goodput_output_tokens_per_second", None)
+                goodput_output.labels(*label).set(
+                    benchmark.slo.goodput.output_tokens_per_second if goodput is None else goodput
+                )
     if any(benchmark.cost is not None for benchmark in report.benchmarks):
         cost = series.gauge(series.RESULT_COST_PER_MILLION_TOKENS, registry)
-        for benchmark, label in zip(report.benchmarks, labels, strict=True):
+        for index, (benchmark, label) in enumerate(zip(report.benchmarks, labels, strict=True)):
             if benchmark.cost is None:
                 continue
+            output_price = benchmark.cost.per_million_output_tokens
             for kind, price in (
-                ("output", benchmark.cost.per_million_output_tokens),
+                ("output", _mean_over_repeats(repeated_of.get(index), "cost_per_million_output_tokens", output_price)),
                 ("total", benchmark.cost.per_million_total_tokens),
             ):
                 if price is not None:
                     cost.labels(*label, kind).set(price)
+
+
+def _mean_over_repeats(entry: RepeatedBenchmark | None, name: str, single: float | None) -> float | None:
+    """With repeats, the figure's mean over them (they share one label set), else the benchmark's own value."""
+    figure: Estimate | None = getattr(entry, name) if entry is not None else None
+    return figure.mean if figure is not None else single
 
 
 @dataclass

@@ -1,38 +1,23 @@
 """The recommendation of a run with repeats: the best point within the budget, and how sure that is.
 
 The best point is the one with the highest mean output throughput among those that met the budget in every
-repeat. Whether it beats the runner-up is Welch's t-test on the repeats' output throughputs (two-sided, no
-assumption of equal variances). Points the test cannot tell from the best are tied with it, and the one with
-the lowest cost per million tokens (when the tied points occupy different GPU counts) or else the lowest
-latency is recommended, with that reason. A point that met the budget in some repeats only is named as such and
-never counted as meeting it.
+repeat. Whether it beats the runner-up is ``repeats.differ`` (Welch's t-test at 0.05, the rule ``batchmark
+compare`` uses too) on the repeats' output throughputs. Points it cannot tell from the best are tied with it,
+and the same test breaks the tie: a point with a significantly lower latency (the budget's first statistic) is
+recommended, else the one with the lowest mean cost per million output tokens (with a GPU price), else the
+smallest batch, with that reason. A latency only a little lower, within the noise, never outweighs a higher
+throughput. A point that met the budget in some repeats only is named as such and never counted as meeting it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-import numpy as np
-from scipy import stats
-
 from batchmark.runner.results.budget import none_met_budget
+from batchmark.runner.results.repeats import SIGNIFICANCE, TEST, differ, welch_p_value
 from batchmark.runner.results.report import BenchmarkResult, Recommendation, RepeatedBenchmark
 
-SIGNIFICANCE = 0.05
-TEST = "Welch's t-test"
-
-
-def welch_p_value(first: Sequence[float], second: Sequence[float]) -> float | None:
-    """Two-sided p-value that the two means differ; None with fewer than two values on a side."""
-    if len(first) < 2 or len(second) < 2:
-        return None
-    if np.std(first) == 0 and np.std(second) == 0:
-        # No spread at all (a noiseless simulation): the means either differ or they do not.
-        return 0.0 if float(np.mean(first)) != float(np.mean(second)) else 1.0
-    result = stats.ttest_ind(first, second, equal_var=False)
-    p_value = float(result.pvalue)
-    return None if math.isnan(p_value) else p_value
+__all__ = ["SIGNIFICANCE", "TEST", "decide", "describe", "welch_p_value"]
 
 
 def describe(entry: RepeatedBenchmark) -> str:
@@ -90,15 +75,12 @@ def decide(
             f" {among}.{partial}",
         )
     runner_up = ranked[1]
-    p_value = welch_p_value(rates(repeated[fastest]), rates(repeated[runner_up]))
+    distinct, p_value = differ(rates(repeated[fastest]), rates(repeated[runner_up]))
     tied = [fastest] + [
-        index
-        for index in ranked[1:]
-        if (value := welch_p_value(rates(repeated[fastest]), rates(repeated[index]))) is not None
-        and value >= SIGNIFICANCE
+        index for index in ranked[1:] if differ(rates(repeated[fastest]), rates(repeated[index]))[0] is False
     ]
     versus = f"{describe(repeated[runner_up])} at {_rate(repeated[runner_up])}"
-    if p_value is None:
+    if distinct is None or p_value is None:
         return _recommendation(
             repeated,
             fastest,
@@ -111,7 +93,7 @@ def decide(
             f" {among}; whether it beats the runner-up, {versus}, is unknown: {TEST} needs at least 2 repeats"
             f" of each.{partial}",
         )
-    if p_value < SIGNIFICANCE:
+    if distinct:
         return _recommendation(
             repeated,
             fastest,
@@ -140,28 +122,56 @@ def decide(
     )
 
 
+def _latency_narrowed(repeated: Sequence[RepeatedBenchmark], tied: list[int], latency_name: str) -> list[int]:
+    """The tied points whose latency is not significantly above the lowest's, lowest first (all of them, in order,
+    when a tied point has no such latency)."""
+    figures = {index: repeated[index].latency.get(latency_name) for index in tied}
+    known = {index: figure for index, figure in figures.items() if figure is not None}
+    if len(known) < len(tied):
+        return tied
+    lowest = min(tied, key=lambda index: known[index].mean)
+    return [lowest] + [
+        index for index in tied if index != lowest and differ(known[lowest].values, known[index].values)[0] is not True
+    ]
+
+
 def _break_tie(repeated: Sequence[RepeatedBenchmark], tied: list[int], latency_name: str) -> tuple[int, str]:
-    """The cheapest of the tied points when they occupy different GPU counts, else the lowest latency."""
-    priced = [index for index in tied if repeated[index].cost_per_million_output_tokens is not None]
-    if len(priced) == len(tied) and len({repeated[index].gpus for index in tied}) > 1:
+    """A significantly lower latency decides a tie (by the same test as the throughput's), else the lower mean cost
+    per million output tokens (with a GPU price), else the smallest batch; each step keeps only the points the one
+    before could not tell apart. A latency within the noise never outweighs a higher throughput."""
+    remaining = _latency_narrowed(repeated, tied, latency_name)
 
-        def cost(index: int) -> float:
-            figure = repeated[index].cost_per_million_output_tokens
-            return figure.mean if figure is not None else math.inf
-
-        chosen = min(tied, key=cost)
-        others = ", ".join(f"{cost(index):.4g}" for index in tied if index != chosen)
-        return chosen, f"the cheapest of the tied: {cost(chosen):.4g} per million output tokens against {others}"
-
-    def latency(index: int) -> float:
+    def latency(index: int) -> str:
         figure = repeated[index].latency.get(latency_name)
-        return figure.mean if figure is not None else math.inf
+        return "n/a" if figure is None else f"{figure.mean:.4g} s"
 
-    chosen = min(tied, key=latency)
-    if math.isinf(latency(chosen)):
-        return tied[0], "the highest mean output throughput of the tied (no latency to tell them apart)"
-    others = ", ".join(f"{latency(index):.4g} s" for index in tied if index != chosen)
-    return chosen, f"the lowest mean {latency_name} of the tied: {latency(chosen):.4g} s against {others}"
+    if len(remaining) == 1:
+        chosen = remaining[0]
+        others = ", ".join(latency(index) for index in tied if index != chosen)
+        return chosen, (
+            f"the significantly lowest mean {latency_name} of the tied: {latency(chosen)} against {others} ({TEST},"
+            f" p < {SIGNIFICANCE})"
+        )
+    undecided = f"; their mean {latency_name} did not differ significantly ({TEST}, p >= {SIGNIFICANCE})"
+    costs = {index: repeated[index].cost_per_million_output_tokens for index in remaining}
+    priced = {index: figure.mean for index, figure in costs.items() if figure is not None}
+    if len(priced) == len(remaining) and len(set(priced.values())) > 1:
+        chosen = min(remaining, key=lambda index: priced[index])
+        others = ", ".join(f"{priced[index]:.4g}" for index in remaining if index != chosen)
+        return chosen, (
+            f"the lowest mean cost of the tied: {priced[chosen]:.4g} per million output tokens against {others}"
+            f"{undecided}"
+        )
+    sizes = {index: repeated[index].batch_size for index in remaining}
+    known_sizes = {index: size for index, size in sizes.items() if size is not None}
+    if len(known_sizes) == len(remaining) and len(set(known_sizes.values())) > 1:
+        chosen = min(remaining, key=lambda index: known_sizes[index])
+        return (
+            chosen,
+            f"the smallest batch of the tied ({known_sizes[chosen]}, no GPU price to compare costs){undecided}",
+        )
+    chosen = max(remaining, key=lambda index: repeated[index].output_tokens_per_second.mean)
+    return chosen, f"the highest mean output throughput of the tied{undecided}"
 
 
 def _recommendation(

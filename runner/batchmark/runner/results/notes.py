@@ -39,6 +39,8 @@ def run_notes(report: RunReport) -> list[str]:
             f"batch-size search: measured {len(sweep.search.visited)} of {len(sweep.search.candidates)} candidates"
             f" ({', '.join(map(str, sweep.search.visited))}), {found}; {sweep.search.method}"
         )
+    if report.repeats_warning is not None:
+        notes.append(report.repeats_warning)
     if report.recommendation is not None:
         notes.append(report.recommendation.statement)
     return notes

@@ -178,10 +178,24 @@ class Estimate(ResultModel):
     high: float | None = Field(description="Upper end of the 95% confidence interval of the mean (null: one repeat).")
     std: float | None = Field(description="Sample standard deviation of the repeats (null: one repeat).")
     relative_spread: float | None = Field(description="std / mean: the repeat-to-repeat spread (0.05: 5%).")
+    interval_method: str | None = Field(
+        default=None,
+        description="How low and high were computed: a t interval on the log values (around the geometric mean,"
+        " so both ends stay above zero), or, where a repeat was zero, a t interval clipped at zero (null: one"
+        " repeat, or an older result).",
+    )
+    geometric_mean: float | None = Field(
+        default=None, description="Geometric mean over the repeats, the log interval's centre (null: a repeat was 0)."
+    )
+    values: list[float] = Field(
+        default_factory=list,
+        description="The repeats' values, in run order: what a test of a difference reads (empty in older results).",
+    )
 
 
 class RepeatedBenchmark(ResultModel):
-    """One benchmark's figures over its repeats: mean, 95% confidence interval (Student's t) and spread."""
+    """One benchmark's figures over its repeats: mean, 95% confidence interval (see Estimate.interval_method) and
+    spread."""
 
     point: int = Field(description="Index of the sweep point (0 without a sweep).")
     strategy: str = Field(description="Strategy label.")
@@ -266,7 +280,8 @@ class Recommendation(ResultModel):
     certainty: Literal["distinguishable", "tied", "unknown"] | None = Field(
         default=None,
         description="With repeats: whether the best is distinguishable from the runner-up by the test (tied: not,"
-        " so the cheaper or lower-latency of the tied points is recommended; unknown: too few repeats).",
+        " so the tied point with a significantly lower latency, else the lowest mean cost, else the smallest batch"
+        " is recommended; unknown: too few repeats).",
     )
     test: str | None = Field(default=None, description="The test that decided it, e.g. Welch's t-test.")
     p_value: float | None = Field(default=None, description="The test's two-sided p-value against the runner-up.")
@@ -326,4 +341,9 @@ class RunReport(ResultModel):
     repeats: int = Field(default=1, description="Times each benchmark was measured (repeats).")
     repeated: list[RepeatedBenchmark] | None = Field(
         default=None, description="With repeats: each benchmark's figures over its repeats, with intervals."
+    )
+    repeats_warning: str | None = Field(
+        default=None,
+        description="With repeats: a warning when some benchmark has fewer than 3 repeats, whose intervals are wide"
+        " and whose test rarely tells points apart (null: none).",
     )

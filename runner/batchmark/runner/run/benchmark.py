@@ -35,7 +35,7 @@ from batchmark.runner.lifecycle.shutdown import StopFlag
 from batchmark.runner.results.budget import RequestBudget, recommend, verdict
 from batchmark.runner.results.cost import price
 from batchmark.runner.results.decision import decide
-from batchmark.runner.results.repeats import repeated_benchmarks
+from batchmark.runner.results.repeats import few_repeats_warning, repeated_benchmarks
 from batchmark.runner.results.report import (
     BenchmarkResult,
     EngineLoad,
@@ -233,29 +233,45 @@ class BenchmarkRunner:
             self.failure = f"the engine failed: {error}"
 
     def _search(self, results: list[BenchmarkResult]) -> SearchOutcome:
-        """The batch-size search: each point it asks for is measured (all its repeats, back to back) when asked."""
+        """The batch-size search: each point it asks for is measured once when asked; with repeats, the points it
+        measured then get their other repeats in interleaved rounds (each round every point once, shuffled with
+        the seed, as a list sweep's), so drift spreads over all of them, and the best is chosen over every
+        repeat."""
         budget = bool(self.config.slo)
 
         def measure(point: int) -> Measured | None:
-            if self._ready is None or self._ended:
+            if not self._visit(point, results, repeat=0, visits_left=1):
                 return None
-            self._switch_to(point, len(results))
-            if self._ended:
-                return None
-            self.observers.on_sweep_point(self.points[point], point, len(self.points))
-            assert self.config.sweep is not None
-            if self.config.sweep.warmup_requests:
-                self._warm_up(self.config.sweep.warmup_requests)
-            for repeat in range(self.config.repeats):
-                self._run_point(point, self._backends[point], results, repeat, visits_left=1)
-            if self._ended:
-                return None
-            runs = [result for result in results if result.point == point]
-            rates = [result.throughput.output_tokens_per_second for result in runs]
-            met = all(result.slo is not None and result.slo.met for result in runs) if budget else True
-            return Measured(met=met, output_tokens_per_second=sum(rates) / len(rates))
+            return _measured([result for result in results if result.point == point], budget)
 
-        return search(len(self.points), budget, measure)
+        outcome = search(len(self.points), budget, measure)
+        shuffle = random.Random(self.config.data.seed)
+        rounds = [list(outcome.visited) for _ in range(1, self.config.repeats)]
+        for round_order in rounds:
+            shuffle.shuffle(round_order)
+        schedule = [(point, repeat) for repeat, round_order in enumerate(rounds, start=1) for point in round_order]
+        for visit, (point, repeat) in enumerate(schedule):
+            if not self._visit(point, results, repeat, visits_left=len(schedule) - visit - 1):
+                return outcome
+        if schedule:
+            measured = {point: _measured([r for r in results if r.point == point], budget) for point in outcome.visited}
+            met = [point for point, figures in measured.items() if figures.met]
+            outcome.best = max(met, key=lambda point: measured[point].output_tokens_per_second) if met else None
+        return outcome
+
+    def _visit(self, point: int, results: list[BenchmarkResult], repeat: int, visits_left: int) -> bool:
+        """One repeat of a point the search asked for (warmed up on its first); False when the run ended."""
+        if self._ready is None or self._ended:
+            return False
+        self._switch_to(point, len(results))
+        if self._ended:
+            return False
+        self.observers.on_sweep_point(self.points[point], point, len(self.points))
+        assert self.config.sweep is not None
+        if self.config.sweep.warmup_requests and repeat == 0:
+            self._warm_up(self.config.sweep.warmup_requests)
+        self._run_point(point, self._backends[point], results, repeat, visits_left=visits_left)
+        return not self._ended
 
     def _report(
         self,
@@ -291,10 +307,12 @@ class BenchmarkRunner:
         budget = bool(self.config.slo)
         recommendation = recommend(results, budget) if budget or len(results) > 1 else None
         repeated = None
+        repeats_warning = None
         if self.config.repeats > 1:
             repeated = repeated_benchmarks(results, self.config.slo)
             latency_name = next(iter(self.config.slo), "request_latency_p99")
             recommendation = decide(repeated, results, budget, latency_name) if budget or len(repeated) > 1 else None
+            repeats_warning = few_repeats_warning(repeated)
         return RunReport(
             name=self.config.name,
             run_id=self.run_id,
@@ -312,6 +330,7 @@ class BenchmarkRunner:
             recommendation=recommendation,
             repeats=self.config.repeats,
             repeated=repeated,
+            repeats_warning=repeats_warning,
         )
 
     def _engine_summary(self) -> EngineSummary:
@@ -336,6 +355,13 @@ class BenchmarkRunner:
         if self.config.cost is not None:
             update["cost"] = price(self.config.cost, backend.vllm_config, result.throughput)
         return result.model_copy(update=update)
+
+
+def _measured(runs: list[BenchmarkResult], budget: bool) -> Measured:
+    """A searched point over its repeats so far: met the budget in every one, and its mean output tokens/s."""
+    rates = [result.throughput.output_tokens_per_second for result in runs]
+    met = all(result.slo is not None and result.slo.met for result in runs) if budget else True
+    return Measured(met=met, output_tokens_per_second=sum(rates) / len(rates))
 
 
 def visit_order(engine_keys: list[str], repeats: int, seed: int) -> list[tuple[int, int]]:

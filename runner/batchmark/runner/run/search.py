@@ -12,6 +12,9 @@ steps:
 2. A climb down from that boundary: the next smaller candidate is measured while it is faster than the best so
    far; the first that is not ends the search (by (2), no smaller one can be faster).
 
+With repeats the search decides on each point's first repeat; the runner then measures the points it visited
+again in interleaved rounds and chooses the best over every repeat (``BenchmarkRunner._search``).
+
 Where the assumptions fail (a budget met again at a larger size, a second throughput peak), the search can miss
 the best point a full list would find; the points it measured are in the report (``sweep.search``).
 """

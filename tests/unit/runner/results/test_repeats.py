@@ -6,18 +6,35 @@ thousands of seeded repeats take seconds and the truth is known: the noise has m
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pytest
 
+from batchmark.runner.commands.compare import noise_lines
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.engines.base import Completion, EngineTimings
 from batchmark.runner.engines.simulated import SamplingParams, SimulatedLLM, TokensPrompt
 from batchmark.runner.results.budget import RequestBudget, recommend
 from batchmark.runner.results.decision import decide, welch_p_value
-from batchmark.runner.results.repeats import estimate, repeated_benchmarks
-from batchmark.runner.results.report import BenchmarkResult, Goodput, SloVerdict, Throughput
+from batchmark.runner.results.repeats import (
+    CLIPPED_INTERVAL,
+    LOG_INTERVAL,
+    differ,
+    estimate,
+    few_repeats_warning,
+    repeated_benchmarks,
+)
+from batchmark.runner.results.report import (
+    BenchmarkResult,
+    CostFigures,
+    EngineSummary,
+    Goodput,
+    RunReport,
+    SloVerdict,
+    Throughput,
+)
 from batchmark.runner.run.aggregator import Aggregator, Window
 from batchmark.runner.run.benchmark import visit_order
 from batchmark.runner.run.events import BatchEvent
@@ -52,16 +69,57 @@ def throughputs(llm: SimulatedLLM, repeats: int) -> list[float]:
     return values
 
 
-def test_the_interval_is_students_t() -> None:
+def test_the_interval_is_students_t_on_the_log_values() -> None:
     figure = estimate([10.0, 12.0, 14.0])
-    # mean 12, s = 2, t(0.975, 2) = 4.3027: half-width 4.3027 * 2 / sqrt(3) = 4.968
+    # The logs: mean 2.47552, s = 0.168434; t(0.975, 2) = 4.3027: half-width 4.3027 * 0.168434 / sqrt(3) = 0.41842,
+    # back-transformed around the geometric mean exp(2.47552) = 11.888 (the raw t interval was 12 ± 4.968).
     assert figure.mean == pytest.approx(12.0)
     assert figure.std == pytest.approx(2.0)
-    assert figure.low == pytest.approx(12.0 - 4.968, abs=1e-3)
-    assert figure.high == pytest.approx(12.0 + 4.968, abs=1e-3)
+    assert figure.geometric_mean == pytest.approx(11.888, abs=1e-3)
+    assert figure.low == pytest.approx(11.888 / math.exp(0.41842), abs=1e-3)
+    assert figure.high == pytest.approx(11.888 * math.exp(0.41842), abs=1e-3)
     assert figure.relative_spread == pytest.approx(2 / 12)
+    assert figure.interval_method == LOG_INTERVAL
+    assert figure.values == [10.0, 12.0, 14.0]
     single = estimate([5.0])
-    assert (single.mean, single.low, single.high, single.std) == (5.0, None, None, None)
+    assert (single.mean, single.low, single.high, single.std, single.interval_method) == (5.0, None, None, None, None)
+
+
+def test_two_repeats_never_give_an_interval_below_zero() -> None:
+    # The issue's case: at N = 2 the raw t interval of these was about -1,731.7 to 3,485.7 tokens/s.
+    figure = estimate([1000.0, 1754.0])
+    assert figure.low is not None
+    assert figure.high is not None
+    assert 0 < figure.low < min(figure.values)
+    assert figure.high > max(figure.values)
+    spread = np.random.default_rng(0)
+    for _ in range(1000):
+        pair = list(spread.lognormal(mean=5.0, sigma=1.5, size=2))
+        low = estimate(pair).low
+        assert low is not None
+        assert low > 0
+
+
+def test_a_zero_repeat_clips_the_raw_interval_at_zero() -> None:
+    # Goodput is 0 when no request met its targets: no log, so the raw t interval, clipped to the quantity's range.
+    figure = estimate([0.0, 10.0])
+    assert figure.interval_method == CLIPPED_INTERVAL
+    assert figure.geometric_mean is None
+    assert figure.low == 0.0
+    assert figure.high == pytest.approx(5.0 + 12.706 * math.sqrt(50) / math.sqrt(2), abs=1e-2)
+    nothing = estimate([0.0, 0.0, 0.0])
+    assert (nothing.low, nothing.high) == (0.0, 0.0)
+
+
+def test_fewer_than_three_repeats_warn() -> None:
+    two = repeated_benchmarks(two_points([100.0, 110.0], [90.0, 95.0]), {})
+    warning = few_repeats_warning(two)
+    assert warning is not None
+    assert warning.startswith("warning: only 2 repeats")
+    assert "--repeats 3 or more" in warning
+    three = repeated_benchmarks(two_points([100.0, 110.0, 105.0], [90.0, 95.0, 93.0]), {})
+    assert few_repeats_warning(three) is None
+    assert few_repeats_warning([]) is None
 
 
 def test_intervals_cover_the_true_value_at_their_stated_rate() -> None:
@@ -80,7 +138,9 @@ def test_intervals_cover_the_true_value_at_their_stated_rate() -> None:
     assert 0.929 <= covered / runs <= 0.971
 
 
-def result(rate: float, point: int, repeat: int, met: bool | None = None, latency: float = 1.0) -> BenchmarkResult:
+def result(
+    rate: float, point: int, repeat: int, met: bool | None = None, latency: float = 1.0, gpu_price: float | None = None
+) -> BenchmarkResult:
     aggregator = Aggregator(0.0, 0.0, 0, Window(), 0, RequestBudget({}))
     aggregator.on_issue(0, 0.0)
     timings = EngineTimings(0.0, latency / 10, latency * 0.9, latency / 10)
@@ -101,6 +161,13 @@ def result(rate: float, point: int, repeat: int, met: bool | None = None, latenc
         "point": point,
         "repeat": repeat,
     }
+    if gpu_price is not None:
+        update["cost"] = CostFigures(
+            gpus=1,
+            gpu_cost_per_hour=gpu_price,
+            per_million_output_tokens=gpu_price / 3600 / rate * 1e6,
+            per_million_total_tokens=gpu_price / 3600 / (rate * 1.5) * 1e6,
+        )
     if met is not None:
         update["slo"] = SloVerdict(
             met=met, targets=[], goodput=Goodput(requests=1, requests_per_second=1, output_tokens_per_second=rate)
@@ -163,7 +230,97 @@ def test_a_tie_goes_to_the_lower_latency_with_the_reason() -> None:
     assert chosen.swept == {"batch_size": 2}
     assert sorted(chosen.tied) == [0, 1]
     assert "Tied on output throughput" in chosen.statement
-    assert "the lowest mean request_latency_p99 of the tied" in chosen.statement
+    assert "the significantly lowest mean request_latency_p99 of the tied" in chosen.statement
+
+
+def batch_16_and_32(gpu_price: float | None) -> list[BenchmarkResult]:
+    """The issue's case, 2 repeats: batch 32 has 22% more mean throughput, not significant at N = 2, and a 0.5%
+    higher latency, within the noise too."""
+    results = []
+    rows = [((1000.0, 1.000), (1100.0, 1.005)), ((1100.0, 1.010), (1462.0, 1.015))]
+    for repeat, ((rate_16, latency_16), (rate_32, latency_32)) in enumerate(rows):
+        results += [
+            result(rate_16, 4, repeat, latency=latency_16, gpu_price=gpu_price),
+            result(rate_32, 5, repeat, latency=latency_32, gpu_price=gpu_price),
+        ]
+    return results
+
+
+def test_a_latency_difference_within_the_noise_does_not_outweigh_more_throughput() -> None:
+    priced = batch_16_and_32(gpu_price=2.0)
+    repeated = repeated_benchmarks(priced, {})
+    assert repeated[1].output_tokens_per_second.mean / repeated[0].output_tokens_per_second.mean == pytest.approx(
+        1.22, abs=0.005
+    )
+    chosen = decide(repeated, priced, False, "request_latency_p99")
+    assert chosen is not None
+    assert chosen.certainty == "tied"
+    # Batch 32 costs less per token; before, the 0.5% lower latency of batch 16 decided.
+    assert chosen.swept == {"batch_size": 32}
+    assert "the lowest mean cost of the tied" in chosen.statement
+    assert "did not differ significantly" in chosen.statement
+    # Without a price the smaller batch is recommended, and the latency is not the reason.
+    unpriced = batch_16_and_32(gpu_price=None)
+    chosen = decide(repeated_benchmarks(unpriced, {}), unpriced, False, "request_latency_p99")
+    assert chosen is not None
+    assert chosen.swept == {"batch_size": 16}
+    assert "the smallest batch of the tied (16" in chosen.statement
+    assert "lowest mean request_latency_p99" not in chosen.statement
+
+
+def test_a_significant_latency_difference_still_breaks_a_tie() -> None:
+    results = []
+    for repeat, (a, b) in enumerate([(100.0, 101.0), (102.0, 99.0), (98.0, 100.0)]):
+        results += [
+            result(a, 0, repeat, latency=2.0 + repeat / 100, gpu_price=2.0),
+            result(b, 1, repeat, latency=1.0 + repeat / 100, gpu_price=2.0),
+        ]
+    chosen = decide(repeated_benchmarks(results, {}), results, False, "request_latency_p99")
+    assert chosen is not None
+    assert chosen.swept == {"batch_size": 2}
+    assert "the significantly lowest mean request_latency_p99 of the tied" in chosen.statement
+
+
+def run_report(results: list[BenchmarkResult], repeats: int) -> RunReport:
+    repeated = repeated_benchmarks(results, {})
+    return RunReport(
+        name="r",
+        run_id="id",
+        batchmark_version="0",
+        created_at="2026-01-01T00:00:00Z",
+        engine=EngineSummary(
+            kind="simulated", simulated=True, model="m", version=None, gpu_name=None, load_seconds=0.0, details={}
+        ),
+        environment={},
+        config={},
+        complete=True,
+        benchmarks=results,
+        repeats=repeats,
+        repeated=repeated,
+        recommendation=decide(repeated, results, False, "request_latency_p99"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # Intervals that overlap although the test tells the means apart: the old compare said "within noise".
+        ([100.0, 102.0, 104.0, 101.0, 103.0], [103.0, 105.0, 107.0, 104.0, 106.0]),
+        ([100.0, 110.0, 105.0], [101.0, 109.0, 104.0]),
+        ([1000.0, 1100.0], [1100.0, 1462.0]),
+    ],
+)
+def test_compare_and_the_recommendation_agree_on_a_pair(first: list[float], second: list[float]) -> None:
+    one = run_report([result(rate, 0, repeat) for repeat, rate in enumerate(first)], len(first))
+    other = run_report([result(rate, 0, repeat) for repeat, rate in enumerate(second)], len(second))
+    line = next(line for line in noise_lines([("a", one), ("b", other)]) if ", output_tokens_per_second:" in line)
+    both = two_points(first, second)
+    chosen = decide(repeated_benchmarks(both, {}), both, False, "request_latency_p99")
+    assert chosen is not None
+    distinct, _ = differ(first, second)
+    assert (chosen.certainty == "distinguishable") == distinct
+    assert ("differs (" in line) == distinct
+    assert ("within noise" in line) == (not distinct)
 
 
 def test_a_point_meeting_the_budget_in_some_repeats_only_is_not_met() -> None:

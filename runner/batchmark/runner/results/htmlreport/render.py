@@ -21,6 +21,7 @@ from batchmark.runner import __version__
 from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.budget import describe_point
 from batchmark.runner.results.htmlreport.charts import Chart, Rule, Series, bar_chart, colour, format_number, line_chart
+from batchmark.runner.results.htmlreport.repeats import repeated_notes, repeated_rows
 from batchmark.runner.results.notes import run_notes
 from batchmark.runner.results.report import BenchmarkResult, RepeatedBenchmark, RunReport
 
@@ -535,6 +536,8 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
         metrics_per_benchmark=len(compared_metrics(reports)),
         sweep_rows=sweep_rows(reports),
         sweep_notes=sweep_notes(reports),
+        repeated_rows=repeated_rows(reports),
+        repeated_notes=repeated_notes(reports),
         charts=charts(reports),
         version=__version__,
         data=_inline_json({label: report.model_dump(mode="json") for label, report in reports}),
