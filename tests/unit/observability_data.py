@@ -5,7 +5,8 @@ from __future__ import annotations
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.engines.base import NO_TIMINGS, Completion
-from batchmark.runner.results.report import BenchmarkResult, EngineSummary, RunReport
+from batchmark.runner.results.repeats import repeated_benchmarks
+from batchmark.runner.results.report import BenchmarkResult, EngineSummary, RunReport, SweepSummary
 from batchmark.runner.run.aggregator import Aggregator, Window
 from batchmark.runner.run.events import BatchEvent
 from batchmark.runner.run.profiles import Strategy
@@ -85,4 +86,34 @@ def sweep_report() -> RunReport:
             benchmark([batch(2, 8, 2, 0.2), batch(3, 10, 3, 0.9)], label_rate=5.0, started_wall=1003.0),
             benchmark([batch(4, 13, 4, 0.2), batch(5, 17, 1, 0.9, errors=1)], label_rate=9.0, started_wall=1006.0),
         ]
+    )
+
+
+SWEPT_BATCH_SIZES = (8, 16, 32, 64, 128)
+# The order a repeated sweep runs its points in: each repeat's points shuffled, as the runner does.
+REPEATED_RUN_ORDER: tuple[tuple[int, int], ...] = (
+    *((0, 0), (1, 0), (2, 0), (3, 0), (4, 0)),
+    *((3, 1), (1, 1), (2, 1), (4, 1), (0, 1)),
+    *((3, 2), (2, 2), (0, 2), (4, 2), (1, 2)),
+)
+
+
+def repeated_sweep_report() -> RunReport:
+    """A sweep of five batch sizes, three repeats each, in the shuffled order the runner runs them in."""
+    results: list[BenchmarkResult] = []
+    for point, repeat in REPEATED_RUN_ORDER:
+        size = SWEPT_BATCH_SIZES[point]
+        events = [batch(index, index * 4, 4, 0.2 + index * 0.3) for index in range(2 + repeat)]
+        result = benchmark(events, started_wall=1000.0 + len(results) * 3)
+        results.append(
+            result.model_copy(
+                update={"swept": {"batch_size": size}, "batch_size": size, "point": point, "repeat": repeat}
+            )
+        )
+    sweep = SweepSummary(
+        fields=["batch_size"], points=5, engine_loads=[], wall_seconds=45.0, timed_seconds=45.0, load_seconds=0.0
+    )
+    config = {**CONFIG.model_dump(mode="json"), "repeats": 3}
+    return report(results).model_copy(
+        update={"sweep": sweep, "repeats": 3, "repeated": repeated_benchmarks(results, {}), "config": config}
     )

@@ -21,6 +21,8 @@ SINGLE_CHARTS = ("throughput", "latency-cdf", "batch-size")
 SWEEP_CHARTS = (*SINGLE_CHARTS, "sweep-throughput", "sweep-latency")
 BATCH_SWEEP_CHARTS = (*SINGLE_CHARTS, "sweep-batch-throughput", "sweep-batch-latency")
 BATCH_SIZES = ("4", "8", "16", "32", "64")
+REPEATED_BATCH_SIZES = ("8", "16", "32", "64", "128")
+WINDOW = 1400  # px: the widest table must fit a window this wide
 
 
 def batchmark(*args: str) -> Finished:
@@ -63,6 +65,23 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(folder / "batch-sweep.json"),
         "--output",
         str(folder / "batch-sweep.html"),
+    )
+    batchmark(
+        *common,
+        "--name",
+        "repeated-sweep",
+        "--profile",
+        "kind=throughput,max_concurrency=256",
+        "--sweep",
+        f"batch_size={','.join(REPEATED_BATCH_SIZES)}",
+        "--repeats",
+        "3",
+        "--slo",
+        "request_latency_p99=1000",
+        "--gpu-cost-per-hour",
+        "2.5",
+        "--output",
+        str(folder / "repeated-sweep.html"),
     )
     return folder
 
@@ -194,6 +213,64 @@ def test_a_batch_size_sweep_has_its_view_budget_line_recommended_point_and_cost(
     )
     assert any("one engine load for every point" in note for note in view["notes"])
     assert any(note.startswith("Recommended: ") for note in view["notes"])
+
+
+def png_width(path: Path) -> int:
+    """The image's width, from its IHDR chunk."""
+    return int.from_bytes(path.read_bytes()[16:20], "big")
+
+
+def test_a_repeated_sweep_reads_well_in_a_1400_px_window(browser: Chromium, results: Path) -> None:
+    """5 batch sizes x 3 repeats: one row per point in the swept order, its repeats folded beneath it; legends
+    that name each repeat; a header naming the sweep; no table wider than the window."""
+    url = (results / "repeated-sweep.html").as_uri()
+    with browser.open(url, width=WINDOW) as page:
+        assert_offline_and_clean(page, url)
+        assert_charts_drawn(page, BATCH_SWEEP_CHARTS)
+        view = page.evaluate(
+            """(function () {
+                 function all(selector) { return Array.from(document.querySelectorAll(selector)); }
+                 function visible(row) { return row.getClientRects().length > 0; }
+                 var before = all("#summary tbody tr.repeat").filter(visible).length;
+                 var fold = document.querySelector("#summary tr.point button.fold");
+                 if (fold) { fold.click(); }
+                 var opened = all("#summary tbody tr.repeat").filter(visible).map(function (row) {
+                   return row.cells[0].textContent.trim() + " " + row.cells[1].textContent.trim();
+                 });
+                 return {
+                   window: window.innerWidth,
+                   page: document.documentElement.scrollWidth,
+                   tables: all("table").map(function (table) {
+                     return [table.id, Math.ceil(table.getBoundingClientRect().right)];
+                   }),
+                   points: all("#summary tbody tr.point td:first-child").map(function (td) {
+                     return td.textContent.replace("▸", "").trim();
+                   }),
+                   sweepPoints: all("#sweep tbody tr.point td:first-child").map(function (td) {
+                     return td.textContent;
+                   }),
+                   hiddenBefore: all("#summary tbody tr.repeat").length - before,
+                   opened: opened,
+                   legend: all('figure[data-chart="throughput"] ul.legend li').map(function (li) {
+                     return li.textContent;
+                   }),
+                   header: document.querySelector("div.meta.run").textContent
+                 };
+               })()"""
+        )
+        page.screenshot(ARTIFACTS / "html-report-repeated-sweep.png")
+    assert view["window"] == WINDOW
+    assert view["page"] <= WINDOW, view["tables"]
+    assert all(right <= WINDOW for _, right in view["tables"]), view["tables"]
+    assert png_width(ARTIFACTS / "html-report-repeated-sweep.png") <= WINDOW
+    assert view["points"] == [f"throughputx256 (batch_size={size})" for size in REPEATED_BATCH_SIZES]
+    assert view["sweepPoints"] == list(REPEATED_BATCH_SIZES)
+    assert view["hiddenBefore"] == 15  # every repeat folded until its point is opened
+    assert view["opened"] == [f"throughputx256 (batch_size=8) {repeat}/3" for repeat in (1, 2, 3)]
+    assert len(view["legend"]) == len(set(view["legend"])) == 15
+    assert view["legend"][0] == "throughputx256 (batch_size=8) repeat 1/3"
+    assert "sweep of 5 points over batch_size 8, 16, 32, 64, 128, 3 repeats each" in view["header"]
+    assert "batch size 8" not in view["header"]
 
 
 def test_compare_names_each_point_by_its_swept_values(results: Path) -> None:

@@ -12,8 +12,17 @@ from rich.text import Text
 
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.engines.registry import UnknownEngine, engine_entry
-from batchmark.runner.results.notes import run_notes
-from batchmark.runner.results.report import Estimate, RunReport
+from batchmark.runner.results.notes import data_note, run_notes
+from batchmark.runner.results.presentation import (
+    fixed,
+    interval,
+    milliseconds,
+    money,
+    repeated_in_swept_order,
+    share,
+    swept_order,
+)
+from batchmark.runner.results.report import BenchmarkResult, RunReport
 from batchmark.runner.run import events
 from batchmark.runner.run.profiles import Strategy
 
@@ -96,82 +105,112 @@ class ConsoleObserver(events.RunObserver):
 
 
 def summary_tables(report: RunReport) -> list[Table]:
-    """Throughput, latency and the harness's cost as narrow tables, one row per benchmark, so they fit 80 columns."""
+    """Throughput, latency and the harness's cost as narrow tables, one row per benchmark, so they fit 80 columns.
+    A sweep's points come in the order they were given; with repeats, one row per point over its repeats comes
+    first, and the tables of every repeat after it."""
     title = f"batchmark {report.name}: {report.engine.model} on {report.engine.kind}"
     if report.engine.simulated:
         title += " (SIMULATED)"
     if not report.complete:
         title += " (INCOMPLETE)"
-    throughput = Table(title=Text(title), title_justify="left")
-    latency = Table(title="latency, seconds (TTFT and TPOT from the engine's timings)", title_justify="left")
     swept = list(report.benchmarks[0].swept) if report.benchmarks else []
-    for table in (throughput, latency):
-        for name in swept:
-            table.add_column(name.removeprefix("vllm_config."), justify="right")
-    harness = Table(
-        title="engine steps and the harness's own cost (overhead: seconds per batch the engine waited for it)",
+    repeated = _repeats_table(report, swept)
+    each = " of each repeat" if repeated is not None else ""
+    throughput = Table(title=Text(title if repeated is None else f"throughput{each}"), title_justify="left")
+    latency = Table(
+        title=f"latency{each} (TTFT and TPOT from the engine's timings)",
         title_justify="left",
     )
-    for name in swept:
-        harness.add_column(name.removeprefix("vllm_config."), justify="right")
-    for column in ("benchmark", "steps", "steps/1k req", "overhead mean", "overhead p99", "harness CPU s/req"):
-        harness.add_column(column, justify="left" if column == "benchmark" else "right")
-    for column in ("benchmark", "stop", "ok/err/incompl", "req/s", "out tok/s", "total tok/s", "batch", "util"):
-        throughput.add_column(column, justify="left" if column in ("benchmark", "stop") else "right")
-    for column in ("benchmark", "lat p50", "lat p99", "queue p50", "TTFT p50", "TPOT p50", "batch dur", "overhead p50"):
-        latency.add_column(column, justify="left" if column == "benchmark" else "right")
+    harness = Table(
+        title=f"engine steps and the harness's own cost{each} (overhead: the time per batch the engine waited for it)",
+        title_justify="left",
+    )
+    columns: list[tuple[Table, tuple[str, ...], tuple[str, ...]]] = [
+        (
+            throughput,
+            ("benchmark", "stop", "ok/err/incompl", "req/s", "out tok/s", "total tok/s", "batch", "util %"),
+            ("benchmark", "stop"),
+        ),
+        (
+            latency,
+            ("benchmark", "lat p50, s", "lat p99, s", "queue p50, s", "TTFT p50, s", "TPOT p50, ms", "batch, s"),
+            ("benchmark",),
+        ),
+        (
+            harness,
+            (
+                "benchmark",
+                "steps",
+                "steps/1k req",
+                "overhead p50, ms",
+                "overhead mean, ms",
+                "overhead p99, ms",
+                "harness CPU ms/req",
+            ),
+            ("benchmark",),
+        ),
+    ]
+    for table, names, left in columns:
+        for name in _identity_columns(report, swept):
+            table.add_column(name, justify="right")
+        for name in names:
+            table.add_column(name, justify="left" if name in left else "right")
     tables = [throughput, latency, harness]
     budget = _budget_table(report, swept)
     if budget is not None:
         tables.append(budget)
-    for result in report.benchmarks:
+    for index in swept_order(report):
+        result = report.benchmarks[index]
         dist = result.distributions
         counts = result.requests
-        values = [str(result.swept.get(name, "-")) for name in swept]
+        values = _identity(report, result, swept)
         throughput.add_row(
-            *map(Text, values),
+            *values,
             Text(result.strategy),
             Text(result.stop_reason),
-            f"{counts.completed}/{counts.errored}/{counts.incomplete}",
-            f"{result.throughput.requests_per_second:,.2f}",
-            f"{result.throughput.output_tokens_per_second:,.1f}",
-            f"{result.throughput.total_tokens_per_second:,.1f}",
-            _number(dist.batch_size.mean),
-            f"{result.engine_utilization:.3f}",
+            f"{counts.completed:,}/{counts.errored:,}/{counts.incomplete:,}",
+            fixed(result.throughput.requests_per_second, 2),
+            fixed(result.throughput.output_tokens_per_second, 1),
+            fixed(result.throughput.total_tokens_per_second, 1),
+            fixed(dist.batch_size.mean, 1),
+            fixed(result.engine_utilization * 100, 1),
         )
         latency.add_row(
-            *map(Text, values),
+            *values,
             Text(result.strategy),
-            _number(dist.request_latency.median),
-            _number(dist.request_latency.p99),
-            _number(dist.queue_wait.median),
-            _number(dist.time_to_first_token.median),
-            _number(dist.time_per_output_token.median),
-            _number(dist.batch_duration.median),
-            _number(dist.dispatch_overhead.median),
+            fixed(dist.request_latency.median, 3),
+            fixed(dist.request_latency.p99, 3),
+            fixed(dist.queue_wait.median, 3),
+            fixed(dist.time_to_first_token.median, 3),
+            milliseconds(dist.time_per_output_token.median, 1),
+            fixed(dist.batch_duration.median, 3),
         )
         harness.add_row(
-            *map(Text, values),
+            *values,
             Text(result.strategy),
-            str(result.engine_steps),
-            _number(result.engine_steps_per_1000_requests),
-            _number(dist.dispatch_overhead.mean),
-            _number(dist.dispatch_overhead.p99),
-            _number(result.harness_cpu_per_request),
+            f"{result.engine_steps:,}",
+            fixed(result.engine_steps_per_1000_requests, 0),
+            milliseconds(dist.dispatch_overhead.median),
+            milliseconds(dist.dispatch_overhead.mean),
+            milliseconds(dist.dispatch_overhead.p99),
+            milliseconds(result.harness_cpu_per_request),
         )
-    repeated = _repeats_table(report, swept)
-    if repeated is not None:
-        tables.append(repeated)
-    return tables
+    if repeated is None:
+        return tables
+    repeated.title = Text(f"{title}\n{repeated.title}")
+    return [repeated, *tables]
 
 
-def _interval(figure: Estimate | None, digits: str = ",.1f") -> str:
-    """mean [95% interval] of a repeated figure: the interval is on the log scale, so not symmetric."""
-    if figure is None:
-        return "-"
-    if figure.low is None or figure.high is None:
-        return format(figure.mean, digits)
-    return f"{figure.mean:{digits}} [{figure.low:{digits}}, {figure.high:{digits}}]"
+def _identity_columns(report: RunReport, swept: list[str]) -> list[str]:
+    """The columns naming a benchmark's point: its swept values, and its repeat when the run repeated."""
+    return [*(name.removeprefix("vllm_config.") for name in swept), *(("repeat",) if report.repeats > 1 else ())]
+
+
+def _identity(report: RunReport, result: BenchmarkResult, swept: list[str]) -> list[Text]:
+    values = [Text(str(result.swept.get(name, "-"))) for name in swept]
+    if report.repeats > 1:
+        values.append(Text(f"{result.repeat + 1}/{report.repeats}"))
+    return values
 
 
 def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
@@ -195,12 +234,12 @@ def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
         "total tok/s",
         *(["good out tok/s"] if with_goodput else []),
         *(["per M out tok"] if with_cost else []),
-        *latency_names,
+        *(f"{name}, s" for name in latency_names),
         "budget",
     ]
     for column in columns:
         table.add_column(column, justify="left" if column in ("benchmark", "budget") else "right")
-    for entry in report.repeated:
+    for _, entry in repeated_in_swept_order(report):
         figure = entry.output_tokens_per_second
         budget = {"met": "[green]met[/]", "missed": "[red]missed[/]", None: "-"}.get(
             entry.slo, f"[yellow]{entry.slo_met_repeats} of {len(entry.benchmarks)}[/]"
@@ -209,13 +248,13 @@ def _repeats_table(report: RunReport, swept: list[str]) -> Table | None:
             *(Text(str(entry.swept.get(name, "-"))) for name in swept),
             Text(entry.strategy),
             str(figure.count),
-            _interval(figure),
-            "-" if figure.relative_spread is None else f"{figure.relative_spread:.1%}",
-            _interval(entry.requests_per_second, ",.2f"),
-            _interval(entry.total_tokens_per_second),
-            *([_interval(entry.goodput_output_tokens_per_second)] if with_goodput else []),
-            *([_interval(entry.cost_per_million_output_tokens, ".4g")] if with_cost else []),
-            *(_interval(entry.latency.get(name), ".4g") for name in latency_names),
+            interval(figure, 1),
+            share(figure.relative_spread),
+            interval(entry.requests_per_second, 2),
+            interval(entry.total_tokens_per_second, 1),
+            *([interval(entry.goodput_output_tokens_per_second, 1)] if with_goodput else []),
+            *([interval(entry.cost_per_million_output_tokens, 4)] if with_cost else []),
+            *(interval(entry.latency.get(name), 3) for name in latency_names),
             budget,
         )
     return table
@@ -228,16 +267,19 @@ def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
     if not with_slo and not with_cost:
         return None
     title = "latency budget and cost" if with_slo and with_cost else "latency budget" if with_slo else "cost"
+    if report.repeated:
+        title += " of each repeat"
     table = Table(title=title, title_justify="left")
-    columns = [*(name.removeprefix("vllm_config.") for name in swept), "benchmark"]
+    columns = [*_identity_columns(report, swept), "benchmark"]
     if with_slo:
         columns += ["budget", "missed", "good req/s", "good out tok/s"]
     if with_cost:
         columns += ["GPUs", "per M out tok", "per M total tok"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("benchmark", "budget", "missed") else "right")
-    for result in report.benchmarks:
-        row: list[Text | str] = [*(Text(str(result.swept.get(name, "-"))) for name in swept), Text(result.strategy)]
+    for index in swept_order(report):
+        result = report.benchmarks[index]
+        row: list[Text | str] = [*_identity(report, result, swept), Text(result.strategy)]
         if with_slo:
             slo = result.slo
             if slo is None:
@@ -247,15 +289,15 @@ def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
                 row += [
                     "[green]met[/]" if slo.met else "[red]missed[/]",
                     missed,
-                    f"{slo.goodput.requests_per_second:,.2f}",
-                    f"{slo.goodput.output_tokens_per_second:,.1f}",
+                    fixed(slo.goodput.requests_per_second, 2),
+                    fixed(slo.goodput.output_tokens_per_second, 1),
                 ]
         if with_cost:
             cost = result.cost
             row += (
                 ["-", "-", "-"]
                 if cost is None
-                else [str(cost.gpus), _money(cost.per_million_output_tokens), _money(cost.per_million_total_tokens)]
+                else [str(cost.gpus), money(cost.per_million_output_tokens), money(cost.per_million_total_tokens)]
             )
         table.add_row(*row)
     return table
@@ -265,17 +307,12 @@ def print_summary(console: Console, report: RunReport) -> None:
     banner = engine_banner(report)
     if banner is not None:
         console.print(Panel(Text(banner), style="bold yellow"))
+    described = data_note(report)
+    if described is not None:
+        print_plain(console, described)
     for table in summary_tables(report):
         console.print(table)
     for note in run_notes(report):
         print_plain(console, note)
     if report.stop_reason is not None:
         print_plain(console, f"INCOMPLETE: {report.stop_reason}")
-
-
-def _money(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.4g}"
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"

@@ -1,5 +1,5 @@
-"""The lines printed under a report's tables, on the console and in the HTML report alike: load time, the
-sweep's time against its timed phases, the search, the recommendation."""
+"""The lines printed with a report's tables, on the console and in the HTML report alike: which data ran;
+load time, the sweep's time against its timed phases, the search, the recommendation."""
 
 from __future__ import annotations
 
@@ -44,3 +44,26 @@ def run_notes(report: RunReport) -> list[str]:
     if report.recommendation is not None:
         notes.append(report.recommendation.statement)
     return notes
+
+
+def data_note(report: RunReport) -> str | None:
+    """Which data ran: its kind and source, the samples, the records read and those left out, its content hash.
+    None for results written before the report said."""
+    data = report.data
+    if data is None:
+        return None
+    source = f" {data.source}" if data.source else ""
+    samples = f"{data.samples:,} sample{'' if data.samples == 1 else 's'}"
+    if data.records_read is not None:
+        samples += f" from {data.records_read:,} record{'' if data.records_read == 1 else 's'} read"
+    dropped = []
+    if data.skipped_too_long:
+        setting = report.config.get("data", {}).get("too_long")
+        why = f" (too_long={setting})" if setting else ""
+        dropped.append(f"{data.skipped_too_long:,} dropped as longer than the model's context{why}")
+    if data.skipped_without_answer:
+        dropped.append(f"{data.skipped_without_answer:,} dropped without an answer")
+    parts = [f"data: {data.kind}{source}", samples, *dropped]
+    if data.content_hash:
+        parts.append(f"content sha256 {data.content_hash}")
+    return ", ".join(parts)

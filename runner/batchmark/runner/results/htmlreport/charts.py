@@ -44,7 +44,8 @@ def format_number(value: float) -> str:
         return f"{value / 1e3:.3g}k"
     if magnitude >= 1:
         return f"{value:.4g}"
-    return f"{value:.3g}"
+    # Three significant digits as fixed decimals: 0.0000188, never 1.88e-05.
+    return f"{value:.{2 - math.floor(math.log10(magnitude))}f}".rstrip("0").rstrip(".")
 
 
 @dataclass

@@ -22,7 +22,13 @@ from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.budget import describe_point
 from batchmark.runner.results.htmlreport.charts import Chart, Rule, Series, bar_chart, colour, format_number, line_chart
 from batchmark.runner.results.htmlreport.repeats import repeated_notes, repeated_rows
-from batchmark.runner.results.notes import run_notes
+from batchmark.runner.results.htmlreport.tables import columns, summary_rows, sweep_rows
+from batchmark.runner.results.notes import data_note, run_notes
+from batchmark.runner.results.presentation import (
+    repeat_label,
+    run_setting,
+    swept_order,
+)
 from batchmark.runner.results.report import BenchmarkResult, RepeatedBenchmark, RunReport
 
 _ENVIRONMENT = jinja2.Environment(
@@ -157,9 +163,12 @@ def throughput_points(benchmark: BenchmarkResult) -> list[tuple[float, float]]:
 
 
 def _series_name(run_label: str, benchmark: BenchmarkResult, report: RunReport, several_runs: bool) -> str:
+    """The benchmark's point, and its repeat where the run repeated (three legend entries of one name say
+    nothing)."""
+    point = " ".join(part for part in (describe_point(benchmark), repeat_label(report, benchmark)) if part)
     if not several_runs:
-        return describe_point(benchmark)
-    return run_label if len(report.benchmarks) == 1 else f"{run_label}: {describe_point(benchmark)}"
+        return point
+    return run_label if len(report.benchmarks) == 1 else f"{run_label}: {point}"
 
 
 def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
@@ -171,7 +180,7 @@ def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
     for run_label, report in reports:
         origin = min((b.started_at for b in report.benchmarks), default=0.0)
         run_points: list[tuple[float, float]] = []
-        for benchmark in report.benchmarks:
+        for benchmark in (report.benchmarks[position] for position in swept_order(report)):
             name = _series_name(run_label, benchmark, report, several)
             offset = benchmark.started_at - origin
             points = [(offset + x, y) for x, y in throughput_points(benchmark)]
@@ -184,7 +193,8 @@ def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
             histograms.append((name, dict(benchmark.batch_size_histogram)))
             index += 1
         if several:
-            throughput.append(Series(run_label, run_points, colour(len(throughput))))
+            # One line per run through time: its benchmarks in the order they ran, not the sweep's.
+            throughput.append(Series(run_label, sorted(run_points), colour(len(throughput))))
     sizes = sorted({size for _, counts in histograms for size in counts})
     groups = []
     for group_index, (name, counts) in enumerate(histograms):
@@ -402,36 +412,6 @@ def _repeated_series(
     return throughput_marks, latency_marks
 
 
-def sweep_rows(reports: Sequence[tuple[str, RunReport]]) -> list[dict[str, str]]:
-    """One row per benchmark of each sweep: its swept values, throughput, latency, budget, goodput and cost."""
-    rows = []
-    for run_label, report in reports:
-        if report.sweep is None:
-            continue
-        chosen = report.recommendation.benchmark if report.recommendation is not None else None
-        for index, benchmark in enumerate(report.benchmarks):
-            row = {"run": run_label} if len(reports) > 1 else {}
-            row.update({name: str(value) for name, value in benchmark.swept.items()})
-            dist = benchmark.distributions.request_latency
-            row.update(
-                {
-                    "benchmark": benchmark.strategy,
-                    "out tok/s": f"{benchmark.throughput.output_tokens_per_second:,.1f}",
-                    "lat p50": _number(dist.median),
-                    "lat p99": _number(dist.p99),
-                    "budget": "-" if benchmark.slo is None else ("met" if benchmark.slo.met else "missed"),
-                    "goodput out tok/s": "-"
-                    if benchmark.slo is None
-                    else f"{benchmark.slo.goodput.output_tokens_per_second:,.1f}",
-                    "cost / M out tok": _money(benchmark.cost.per_million_output_tokens if benchmark.cost else None),
-                    "cost / M total tok": _money(benchmark.cost.per_million_total_tokens if benchmark.cost else None),
-                    "recommended": "yes" if index == chosen else "",
-                }
-            )
-            rows.append(row)
-    return rows
-
-
 def sweep_notes(reports: Sequence[tuple[str, RunReport]]) -> list[str]:
     """The terminal's lines under the summary (the sweep's time, reloads, the recommendation), for the page."""
     notes: list[str] = []
@@ -440,10 +420,6 @@ def sweep_notes(reports: Sequence[tuple[str, RunReport]]) -> list[str]:
             prefix = f"{run_label}: " if len(reports) > 1 else ""
             notes.extend(prefix + note for note in run_notes(report)[1:])
     return notes
-
-
-def _money(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.4g}"
 
 
 def _rate_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
@@ -473,41 +449,6 @@ def _rate_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
     ]
 
 
-def _summary_rows(reports: Sequence[tuple[str, RunReport]]) -> list[dict[str, str]]:
-    rows = []
-    for run_label, report in reports:
-        for benchmark in report.benchmarks:
-            dist = benchmark.distributions
-            counts = benchmark.requests
-            rows.append(
-                {
-                    "run": run_label,
-                    "benchmark": describe_point(benchmark),
-                    "stop": benchmark.stop_reason,
-                    "requests": f"{counts.completed}/{counts.errored}/{counts.incomplete}",
-                    "req/s": f"{benchmark.throughput.requests_per_second:,.2f}",
-                    "out tok/s": f"{benchmark.throughput.output_tokens_per_second:,.1f}",
-                    "total tok/s": f"{benchmark.throughput.total_tokens_per_second:,.1f}",
-                    "batch": _number(dist.batch_size.mean),
-                    "util": f"{benchmark.engine_utilization:.3f}",
-                    "overhead p50": _number(dist.dispatch_overhead.median),
-                    "overhead p99": _number(dist.dispatch_overhead.p99),
-                    "steps/1k req": _number(benchmark.engine_steps_per_1000_requests),
-                    "CPU s/req": _number(benchmark.harness_cpu_per_request),
-                    "lat p50": _number(dist.request_latency.median),
-                    "lat p99": _number(dist.request_latency.p99),
-                    "queue p50": _number(dist.queue_wait.median),
-                    "TTFT p50": _number(dist.time_to_first_token.median),
-                    "TPOT p50": _number(dist.time_per_output_token.median),
-                }
-            )
-    return rows
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
 def _inline_json(data: Any) -> str:
     """JSON safe inside a <script> element: with <, > and & as escapes, no text can end the element or start
     a comment-like state in it; JSON.parse reads the escapes back as the characters."""
@@ -527,11 +468,17 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
         else f"batchmark {first.name}: {first.engine.model} on {first.engine.kind}"
     )
     template = _ENVIRONMENT.get_template("report.html.j2")
+    summary, latency = summary_rows(reports)
     return template.render(
         title=title,
         several=several,
-        runs=[{"label": label, "report": report} for label, report in reports],
-        summary=_summary_rows(reports),
+        runs=[
+            {"label": label, "report": report, "setting": run_setting(report), "data": data_note(report)}
+            for label, report in reports
+        ],
+        summary=summary,
+        latency=latency,
+        columns=columns,
         compare=compare_rows(reports) if several else [],
         metrics_per_benchmark=len(compared_metrics(reports)),
         sweep_rows=sweep_rows(reports),
@@ -580,7 +527,7 @@ def print_comparison(console: Console, reports: Sequence[tuple[str, RunReport]])
         incomplete = " (INCOMPLETE)" if not report.complete else ""
         console.print(
             f"{label}: {report.name} {report.engine.model} on {report.engine.kind}{simulated}{incomplete}, "
-            f"batch size {report.config.get('backend', {}).get('batch_size', '?')}, run {report.run_id}",
+            f"{run_setting(report)}, run {report.run_id}",
             highlight=False,
             markup=False,
         )

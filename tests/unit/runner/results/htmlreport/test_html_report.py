@@ -21,9 +21,15 @@ from batchmark.runner.results.htmlreport.render import (
     throughput_points,
 )
 from batchmark.runner.results.outputs import load_report, report_csv, write_report
-from batchmark.runner.results.report import RunReport
+from batchmark.runner.results.report import DataSummary, RunReport
 from batchmark.runner.results.stats import CDF_LEVELS, Distribution
-from tests.unit.observability_data import report, simple_report, sweep_report
+from tests.unit.observability_data import (
+    SWEPT_BATCH_SIZES,
+    repeated_sweep_report,
+    report,
+    simple_report,
+    sweep_report,
+)
 
 
 @pytest.mark.parametrize(("low", "high"), [(0, 1), (0, 0.0137), (3, 7.2), (0, 152_456.7), (0.001, 0.0011), (5, 5)])
@@ -135,7 +141,7 @@ def test_throughput_bins_keep_every_token_and_span_several_batches() -> None:
 
 def test_the_page_and_the_comparison_show_overhead_steps_and_harness_cpu() -> None:
     page = render_report(simple_report())
-    for column in ("overhead p50", "overhead p99", "steps/1k req", "CPU s/req"):
+    for column in ("overhead p50, ms", "overhead p99, ms", "steps/1k req", "CPU ms/req"):
         assert f"<th>{column}</th>" in page
     metrics = {row.metric for row in compare_rows([("a", simple_report()), ("b", simple_report("def456"))])}
     assert {
@@ -157,3 +163,98 @@ def test_a_result_without_benchmarks_renders_in_every_format(tmp_path: Path) -> 
         path = tmp_path / f"r{suffix}"
         write_report(empty, path)
         assert load_report(path) == empty
+
+
+def rows_of(page: str, table: str) -> list[tuple[str, list[str]]]:
+    """(the row's class, its cells' texts) of each body row of the table with that id."""
+    body = re.search(rf'<table id="{table}">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert body is not None, table
+    rows = []
+    for attributes, cells in re.findall(r"<tr([^>]*)>(.*?)</tr>", body.group(1), re.S):
+        kind = re.search(r'class="([^"]*)"', attributes)
+        texts = [
+            re.sub(r"<[^>]+>", "", cell).replace("▸", "").strip()
+            for cell in re.findall(r"<td[^>]*>(.*?)</td>", cells, re.S)
+        ]
+        rows.append((kind.group(1) if kind else "", texts))
+    return rows
+
+
+def test_a_repeated_sweep_shows_one_row_per_point_in_the_swept_order_with_its_repeats_folded_beneath() -> None:
+    page = render_report(repeated_sweep_report())
+    for table in ("summary", "latency", "sweep"):
+        rows = rows_of(page, table)
+        points = [cells for kind, cells in rows if kind.startswith("point")]
+        expected = [f"throughputx8 (batch_size={size})" for size in SWEPT_BATCH_SIZES]
+        if table == "sweep":  # its first column is the swept value
+            expected = [str(size) for size in SWEPT_BATCH_SIZES]
+        assert [cells[0] for cells in points] == expected, table
+        # Each point: n and its figures as mean [low, high]; its three repeats right beneath it, in order.
+        assert all("3" in cells for cells in points)
+        kinds = [kind.split()[0] for kind, _ in rows]
+        assert kinds == ["point", "repeat", "repeat", "repeat"] * len(SWEPT_BATCH_SIZES), table
+        repeats = [cells for kind, cells in rows if kind == "repeat"]
+        assert [next(cell for cell in cells if cell.endswith("/3")) for cells in repeats[:3]] == ["1/3", "2/3", "3/3"]
+    summary = rows_of(page, "summary")
+    assert re.fullmatch(
+        r"[\d,]+\.\d \[[\d,]+\.\d, [\d,]+\.\d\]", summary[0][1][summary_columns(page).index("out tok/s")]
+    )
+    assert page.count('<tr class="repeat" data-group=') == 3 * 15
+    assert all(" hidden>" in row for row in re.findall(r'<tr class="repeat"[^>]*>', page))
+
+
+def summary_columns(page: str) -> list[str]:
+    head = re.search(r'<table id="summary">\s*<thead><tr>(.*?)</tr>', page, re.S)
+    assert head is not None
+    return re.findall(r"<th>(.*?)</th>", head.group(1))
+
+
+def test_a_repeated_sweeps_legends_name_each_repeat_in_the_swept_order() -> None:
+    page = render_report(repeated_sweep_report())
+    for chart in ("throughput", "latency-cdf", "batch-size"):
+        figure = re.search(rf'<figure class="chart" data-chart="{chart}">(.*?)</figure>', page, re.S)
+        assert figure is not None
+        legend = re.findall(r'<li data-series="\d+">(?:<span[^>]*></span>)?(.*?)</li>', figure.group(1))
+        assert len(legend) == len(set(legend)) == 15, legend
+        assert legend[:4] == [
+            "throughputx8 (batch_size=8) repeat 1/3",
+            "throughputx8 (batch_size=8) repeat 2/3",
+            "throughputx8 (batch_size=8) repeat 3/3",
+            "throughputx8 (batch_size=16) repeat 1/3",
+        ]
+
+
+def test_the_header_names_the_sweep_and_the_data() -> None:
+    page = render_report(repeated_sweep_report())
+    meta = re.search(r'<div class="meta run">(.*?)</div>', page, re.S)
+    assert meta is not None
+    assert "sweep of 5 points over batch_size 8, 16, 32, 64, 128, 3 repeats each" in meta.group(1)
+    assert "batch size" not in meta.group(1)
+    assert "batch size 4" in render_report(simple_report())
+    assert "data: " not in page  # results written before the report said which data ran
+    data = DataSummary(
+        kind="dataset",
+        source="org/prompts",
+        content_hash="0f" * 32,
+        samples=500,
+        records_read=1_200,
+        skipped_too_long=700,
+        output_lengths_from="output_tokens",
+        forced_output_lengths=True,
+        prompt_tokens=Distribution().summary(),
+        output_tokens=Distribution().summary(),
+    )
+    described = render_report(simple_report().model_copy(update={"data": data}))
+    assert "data: dataset org/prompts, 500 samples from 1,200 records read, 700 dropped as longer than" in described
+    assert f"content sha256 {'0f' * 32}" in described
+
+
+def test_the_page_prints_numbers_for_people() -> None:
+    """Thousands separators and fixed decimals, never scientific notation, units in the headers."""
+    page = render_report(repeated_sweep_report())
+    tables = "".join(re.findall(r"<table.*?</table>", page, re.S))
+    assert not re.search(r"\d[eE][+-]?\d", tables)
+    assert re.search(r">[\d,]+\.\d \[[\d,]+\.\d, [\d,]+\.\d\]<", tables)  # output tokens/s over repeats: one decimal
+    assert {"lat p99, s", "TPOT p50, ms", "overhead p50, ms", "CPU ms/req", "util %"} <= set(
+        re.findall(r"<th>(.*?)</th>", tables)
+    )
