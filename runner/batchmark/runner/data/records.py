@@ -1,22 +1,29 @@
 """Prompts from the user's own data: local files, Hugging Face datasets and ShareGPT conversations.
 
-Everything is read as a stream: records are read until ``samples`` are kept, so a file of any size costs the
-memory of the samples, not of the file. JSONL, CSV and Parquet files go through ``pyarrow``'s block readers
-(Hugging Face ``datasets`` alone costs ~80 MB of imports and reads in large chunks); a JSON list, saved
-datasets, folders and hub ids through ``datasets``. Problems are ``DataError``s raised before any engine loads,
-each naming the field and the file.
+Everything is read as a stream, so a file of any size costs the memory of the samples, not of the file. In the
+data's own order records are read until ``samples`` are kept; shuffled, the whole data is read and the samples are
+a seeded uniform draw from all of it (each record gets a random key; the ``samples`` smallest keys among the usable
+records are kept, so only the samples are held). JSONL is read a line at a time with ``json`` (a line is parsed
+only when the shuffle may keep it), a JSON list one item at a time with ``ijson``, CSV with ``csv`` (quoted
+newlines; every value a text), Parquet through ``pyarrow``'s batches; saved datasets, folders and hub ids through
+``datasets``. Problems are ``DataError``s raised before any engine loads, each naming the field and the file, and
+the file's own line where a line is at fault.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import heapq
 import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,14 +37,15 @@ from batchmark.runner.config.data import (
 )
 from batchmark.runner.contract import ENV_DATA_DIRECTORY
 
-# Records held for a seeded shuffle of a stream: enough to mix a file well, few enough to bound memory.
-SHUFFLE_BUFFER = 10_000
-FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+FILE_EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet", ".txt")
 SHAREGPT_EXTENSIONS = (".json", ".jsonl")
 _HUMAN = ("human", "user")
 _ANSWER = ("gpt", "assistant", "chatgpt", "bard", "model", "bing")
 # save_to_disk writes one of these at the top of its folder.
 _SAVED_MARKERS = ("dataset_dict.json", "state.json")
+# Random keys of the shuffle drawn this many at a time: numpy's cost per call, not per key.
+_KEY_CHUNK = 4096
+_PARQUET_BATCH_ROWS = 1024
 
 TokenCounter = Callable[[str], int]
 # A conversation given as chat messages: (role, content) pairs, for the model's chat template.
@@ -54,6 +62,10 @@ class DataError(ValueError):
     """The data cannot be used; the message names the field and the file."""
 
 
+class _Unreadable(ValueError):
+    """A line of the file cannot be read as a record; the message names the file's line."""
+
+
 @dataclass
 class Sample:
     prompt: Prompt
@@ -68,11 +80,23 @@ class LoadedRecords:
     samples: list[Sample]
     source: str
     content_hash: str
-    read: int  # records read from the data to find the samples
+    read: int  # records read from the data to find the samples (all of them when shuffled)
     skipped_too_long: int
     skipped_without_answer: int = 0
     columns: list[str] = field(default_factory=list)
     output_tokens_from: str = ""
+
+
+class _Stream(NamedTuple):
+    """The data's records as read, and how one becomes a record (a dict): parsing waits until a record is used."""
+
+    raw: Iterable[Any]
+    decode: Callable[[Any], dict[str, Any]]
+    numbers_as_text: bool = False  # CSV: every value is a text, a number of tokens included
+
+
+def _as_is(record: Any) -> dict[str, Any]:
+    return record  # type: ignore[no-any-return]
 
 
 def load_records(config: RecordsDataConfig, count_tokens: TokenCounter, max_model_len: int | None) -> LoadedRecords:
@@ -99,6 +123,8 @@ def _datasets() -> Any:
 def _describe(error: BaseException) -> str:
     seen: BaseException | None = error
     while seen is not None:
+        if isinstance(seen, _Unreadable):
+            return str(seen)
         if isinstance(seen, UnicodeDecodeError):
             return f"not UTF-8 text (byte {seen.start} of a block: {seen.reason})"
         seen = seen.__cause__ or seen.__context__
@@ -113,67 +139,103 @@ def data_path(given: str) -> Path:
     return Path(mounted) / path if mounted and not path.is_absolute() else path
 
 
-def _open(config: RecordsDataConfig) -> tuple[str, Iterable[dict[str, Any]]]:
+def _open(config: RecordsDataConfig) -> tuple[str, _Stream]:
     path = data_path(config.path)
     if isinstance(config, DatasetDataConfig):
-        return _open_dataset(config, path)
+        return config.path, _open_dataset(config, path)
     if not path.exists():
         raise DataError(f"path: {config.path}: no such file")
     if not path.is_file():
         raise DataError(f"path: {config.path}: not a file (a folder is read with kind=dataset)")
     suffix = path.suffix.lower()
-    allowed = SHAREGPT_EXTENSIONS if isinstance(config, ShareGptDataConfig) else tuple(FILE_BUILDERS)
+    allowed = SHAREGPT_EXTENSIONS if isinstance(config, ShareGptDataConfig) else FILE_EXTENSIONS
     if suffix not in allowed:
         raise DataError(f"path: {config.path}: the file name must end in one of {', '.join(allowed)}")
     if path.stat().st_size == 0:
         raise DataError(f"path: {config.path}: the data set is empty (no records)")
-    if suffix in _ARROW_READERS:
-        return config.path, _shuffled(config, _ARROW_READERS[suffix](path))
-    datasets = _datasets()  # a JSON list is read whole: use JSONL for large files
-
-    try:
-        stream = datasets.load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train", streaming=True)
-    except Exception as error:  # the reader's own complaint, in one line
-        raise DataError(f"path: {config.path}: cannot read it: {_describe(error)}") from None
-    return config.path, _shuffled(config, stream)
-
-
-# Bytes per block the readers parse at a time: bounds their memory whatever the file's size.
-_BLOCK_BYTES = 1 << 20
-_PARQUET_BATCH_ROWS = 1024
+    if suffix == ".jsonl" or (suffix == ".json" and not _is_json_list(path)):
+        return config.path, _Stream(_json_lines(path), _decode_json_line)
+    if suffix == ".json":
+        return config.path, _Stream(_json_list_items(path), _as_is)
+    if suffix == ".csv":
+        return config.path, _Stream(_csv_records(path), _as_is, numbers_as_text=True)
+    if suffix == ".parquet":
+        return config.path, _Stream(_parquet_records(path), _as_is)
+    return config.path, _Stream(_text_records(path), _as_is)
 
 
-def _line_blocks(path: Path) -> Iterator[bytes]:
-    """The file in blocks of whole lines, about _BLOCK_BYTES each (a longer line makes a longer block)."""
+def _json_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(the file's line number, the line) of each line that is not blank; parsed by _decode_json_line."""
     with path.open("rb") as file:
-        rest = b""
-        while chunk := file.read(_BLOCK_BYTES):
-            block = rest + chunk
-            end = block.rfind(b"\n") + 1
-            if end:
-                yield block[:end]
-            rest = block[end:]
-        if rest.strip():
-            yield rest
+        for number, line in enumerate(file, start=1):
+            if line.strip():
+                yield number, line.removeprefix(b"\xef\xbb\xbf") if number == 1 else line
 
 
-def _jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
-    """One block of lines at a time through pyarrow's JSON parser, on this thread. pyarrow's own streaming reader
-    (open_json) reads blocks ahead on its threads and costs +50 MB more over the first ten blocks of a JSONL (the
-    seeded shuffle's 10000 records of 1 KiB), benchmarks/notes/data-memory.md."""
-    import pyarrow.json  # noqa: PLC0415 - only runs on data need it
+def _decode_json_line(raw: tuple[int, bytes]) -> dict[str, Any]:
+    number, line = raw
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise _Unreadable(f"line {number}: not UTF-8 text (byte {error.start}: {error.reason})") from None
+    except json.JSONDecodeError as error:
+        raise _Unreadable(f"line {number}: not JSON ({error.msg}, column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise _Unreadable(f"line {number}: a JSON {type(record).__name__} where a record (an object) belongs")
+    return record
 
-    for block in _line_blocks(path):
-        options = pyarrow.json.ReadOptions(use_threads=False, block_size=len(block) + 1)
-        yield from pyarrow.json.read_json(pyarrow.py_buffer(block), read_options=options).to_pylist()
+
+def _is_json_list(path: Path) -> bool:
+    """Whether a .json file holds one list (ShareGPT's form) rather than a record a line."""
+    with path.open("rb") as file:
+        start = file.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+    return start.startswith(b"[")
+
+
+def _json_list_items(path: Path) -> Iterator[dict[str, Any]]:
+    """A JSON list's items one at a time (ijson's C parser), so a list of any size costs one item's memory."""
+    import ijson  # noqa: PLC0415 - only runs on data need it
+
+    with path.open("rb") as file:
+        if file.read(3) != b"\xef\xbb\xbf":  # a byte order mark, which ijson refuses
+            file.seek(0)
+        for number, item in enumerate(ijson.items(file, "item", use_float=True), start=1):
+            if not isinstance(item, dict):
+                raise _Unreadable(f"item {number} of the list: a JSON {type(item).__name__}, not a record (an object)")
+            yield item
 
 
 def _csv_records(path: Path) -> Iterator[dict[str, Any]]:
-    import pyarrow.csv  # noqa: PLC0415 - only runs on data need it
+    """Python's csv reader: quoted values may hold newlines and every value is a text, whatever the column's other
+    values; a value that is not UTF-8 comes as bytes, which the prompt's reader refuses."""
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as file:
+        reader = csv.reader(file)
+        header = next(reader, None)
+        if header is None:
+            return
+        while True:
+            line = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                raise _Unreadable(f"line {reader.line_num}: not CSV ({error})") from None
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise _Unreadable(f"line {line}: {len(row)} values where the header names {len(header)} columns")
+            yield dict(zip(header, map(_csv_value, row), strict=True))
 
-    reader = pyarrow.csv.open_csv(path, read_options=pyarrow.csv.ReadOptions(block_size=_BLOCK_BYTES))
-    for batch in reader:
-        yield from batch.to_pylist()
+
+def _csv_value(value: str) -> str | bytes:
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape")
+    return value
 
 
 def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -185,22 +247,17 @@ def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
 
 def _text_records(path: Path) -> Iterator[dict[str, Any]]:
     """A prompt a line, as the ``text`` column; blank lines are no prompts."""
-    with path.open(encoding="utf-8") as lines:
-        for line in lines:
-            text = line.rstrip("\r\n")
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            try:
+                text = line.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise _Unreadable(f"line {number}: not UTF-8 text (byte {error.start}: {error.reason})") from None
             if text.strip():
                 yield {"text": text}
 
 
-_ARROW_READERS: dict[str, Callable[[Path], Iterator[dict[str, Any]]]] = {
-    ".jsonl": _jsonl_records,
-    ".csv": _csv_records,
-    ".parquet": _parquet_records,
-    ".txt": _text_records,
-}
-
-
-def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[dict[str, Any]]]:
+def _open_dataset(config: DatasetDataConfig, path: Path) -> _Stream:
     datasets = _datasets()
     if path.is_dir() and any((path / marker).is_file() for marker in _SAVED_MARKERS):
         try:
@@ -211,19 +268,76 @@ def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[
             saved = saved[_split(config, list(saved))]
         elif config.split is not None:
             raise DataError(f"split: {config.split!r}: {config.path} is a single dataset without splits")
-        return config.path, _shuffled(config, saved.to_iterable_dataset())
+        return _Stream(saved.to_iterable_dataset(), _as_is)
     looks_like_path = config.path.startswith(("/", ".", "~")) or config.path.count("/") > 1
     if not path.exists() and looks_like_path:
         raise DataError(f"path: {config.path}: no such file or folder")
-    try:
-        loaded = datasets.load_dataset(str(path) if path.exists() else config.path, name=config.config, streaming=True)
-    except Exception as error:  # the reader's own complaint (unknown config, no data files), in one line
-        raise DataError(f"path: {config.path}: cannot read it as a dataset: {_describe(error)}") from None
-    if isinstance(loaded, datasets.IterableDatasetDict):
+    loaded = _load_dataset(datasets, config, str(path)) if path.exists() else _load_hub_dataset(datasets, config)
+    if isinstance(loaded, datasets.IterableDatasetDict | datasets.DatasetDict):
         loaded = loaded[_split(config, list(loaded))]
     elif config.split is not None:
         raise DataError(f"split: {config.split!r}: {config.path} has no splits")
-    return config.path, _shuffled(config, loaded)
+    return _Stream(loaded.to_iterable_dataset() if isinstance(loaded, datasets.Dataset) else loaded, _as_is)
+
+
+def _load_dataset(datasets: Any, config: DatasetDataConfig, path: str, *, streaming: bool = True) -> Any:
+    try:
+        return datasets.load_dataset(path, name=config.config, streaming=streaming)
+    except Exception as error:  # the reader's own complaint (unknown config, no data files), in one line
+        raise DataError(f"path: {config.path}: cannot read it as a dataset: {_describe(error)}") from None
+
+
+# Seconds the hub has to answer whether it is there before a hub id is read from the cache alone.
+_HUB_TIMEOUT_S = 10.0
+
+
+def _load_hub_dataset(datasets: Any, config: DatasetDataConfig) -> Any:
+    """A hub id: downloaded into the Hugging Face cache ($HF_HOME/datasets) on first use and memory-mapped from
+    there. With HF_HUB_OFFLINE set, or when the hub does not answer one request, it is read from that cache alone:
+    a machine without the hub fails at once instead of after the hub client's retries."""
+    offline = bool(datasets.config.HF_HUB_OFFLINE)
+    unreachable = None if offline else _hub_unreachable(config.path)
+    if not offline and unreachable is None:
+        return _load_dataset(datasets, config, config.path, streaming=False)
+    why = "HF_HUB_OFFLINE is set" if offline else f"the hub does not answer: {unreachable}"
+    with _offline(datasets):
+        try:
+            return datasets.load_dataset(config.path, name=config.config, streaming=True)
+        except ConnectionError:  # what datasets raises offline for an id its cache does not hold
+            cache = datasets.config.HF_DATASETS_CACHE
+            raise DataError(f"path: {config.path}: not in the Hugging Face cache {cache} ({why})") from None
+        except Exception as error:  # several configurations there and no config given, or a damaged cache
+            cache = datasets.config.HF_DATASETS_CACHE
+            raise DataError(
+                f"path: {config.path}: not read from the Hugging Face cache {cache} ({why}): {_describe(error)}"
+            ) from None
+
+
+def _hub_unreachable(repo_id: str) -> str | None:
+    """Why the hub cannot be reached, in words; None when it answered (whatever it answered)."""
+    import huggingface_hub  # noqa: PLC0415 - only hub ids need it
+    from huggingface_hub.errors import HfHubHTTPError  # noqa: PLC0415 - only hub ids need it
+
+    try:
+        huggingface_hub.HfApi().dataset_info(repo_id, timeout=_HUB_TIMEOUT_S)
+    except HfHubHTTPError:
+        return None  # no such dataset, gated, ...: load_dataset says so in its own words
+    except Exception as error:  # no route, no name, refused, timed out
+        return f"{huggingface_hub.constants.ENDPOINT}: {_describe(error)}"
+    return None
+
+
+@contextmanager
+def _offline(datasets: Any) -> Iterator[None]:
+    """datasets and the hub client in offline mode for one load (both read their flag when called)."""
+    import huggingface_hub  # noqa: PLC0415 - only hub ids need it
+
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
 
 
 def _split(config: DatasetDataConfig, splits: list[str]) -> str:
@@ -236,102 +350,142 @@ def _split(config: DatasetDataConfig, splits: list[str]) -> str:
     return "train" if "train" in splits else splits[0]
 
 
-def _shuffled(config: RecordsDataConfig, stream: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
-    return _buffer_shuffle(stream, config.seed) if config.shuffle else stream
+class _Judge:
+    """Makes a record a Sample, or counts why it is none (no answer, too long for the context)."""
 
+    def __init__(self, read_prompt: Reader, count_tokens: TokenCounter, max_model_len: int | None) -> None:
+        self.read_prompt, self.count_tokens, self.max_model_len = read_prompt, count_tokens, max_model_len
+        self.examined = self.too_long = self.without_answer = 0
+        self.first_too_long: tuple[int, int, int] | None = None
 
-def _buffer_shuffle(stream: Iterable[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
-    """A seeded shuffle through a bounded buffer: each record read takes a random place in it and pushes out the
-    record there. The same records and seed give the same order, whichever reader read them."""
-    rng = np.random.default_rng(seed)
-    buffer: list[dict[str, Any]] = []
-    for record in stream:
-        if len(buffer) < SHUFFLE_BUFFER:
-            buffer.append(record)
-            continue
-        place = int(rng.integers(SHUFFLE_BUFFER))
-        yield buffer[place]
-        buffer[place] = record
-    rng.shuffle(buffer)
-    yield from buffer
+    def sample(self, record: dict[str, Any], number: int, drawn_output: int) -> Sample | None:
+        self.examined += 1
+        pair = self.read_prompt(record, number)
+        if pair is None:
+            self.without_answer += 1
+            return None
+        prompt, output = pair
+        prompt_tokens = self.count_tokens(prompt_text(prompt))
+        if output is None:
+            output_tokens = drawn_output
+        elif isinstance(output, str):
+            output_tokens = max(1, self.count_tokens(output))
+        else:
+            output_tokens = output
+        if self.max_model_len is not None and prompt_tokens + output_tokens > self.max_model_len:
+            self.too_long += 1
+            self.first_too_long = self.first_too_long or (number, prompt_tokens, output_tokens)
+            return None
+        return Sample(prompt, prompt_tokens, output_tokens)
 
 
 def _take(
     config: RecordsDataConfig,
     source: str,
-    stream: Iterable[dict[str, Any]],
+    stream: _Stream,
     count_tokens: TokenCounter,
     max_model_len: int | None,
 ) -> LoadedRecords:
-    records = iter(stream)
-    first = next(records, None)
-    if first is None:
+    raw = iter(stream.raw)
+    first_raw = next(raw, None)
+    if first_raw is None:
         raise DataError(f"path: {source}: the data set is empty (no records)")
+    first = stream.decode(first_raw)
     columns = list(first)
-    read_prompt, output_from = _readers(config, source, columns)
-    drawn_outputs = _drawn_output_lengths(config)
-    samples: list[Sample] = []
-    digest = hashlib.sha256()
-    read = too_long = without_answer = 0
-    first_too_long: tuple[int, int, int] | None = None
-    for number, record in enumerate(_chain(first, records), start=1):
-        read = number
-        pair = read_prompt(record, number)
-        if pair is None:
-            without_answer += 1
-            continue
-        prompt, output = pair
-        prompt_tokens = count_tokens(prompt_text(prompt))
-        if output is None:
-            output_tokens = drawn_outputs[len(samples)]
-        elif isinstance(output, str):
-            output_tokens = max(1, count_tokens(output))
-        else:
-            output_tokens = output
-        if max_model_len is not None and prompt_tokens + output_tokens > max_model_len:
-            too_long += 1
-            first_too_long = first_too_long or (number, prompt_tokens, output_tokens)
-            continue
-        samples.append(Sample(prompt, prompt_tokens, output_tokens))
-        encoded = prompt.encode() if isinstance(prompt, str) else json.dumps(prompt).encode()
-        digest.update(len(encoded).to_bytes(8, "little") + encoded + output_tokens.to_bytes(8, "little"))
-        if len(samples) == config.samples:
-            break
-    if too_long and config.too_long == "refuse":
-        assert first_too_long is not None
-        row, prompt_tokens, output_tokens = first_too_long
+    read_prompt, output_from = _readers(config, source, columns, numbers_as_text=stream.numbers_as_text)
+    judge = _Judge(read_prompt, count_tokens, max_model_len)
+    records = chain([first_raw], raw)
+    take = _draw_uniformly if config.shuffle else _take_in_order
+    samples, read = take(config, records, lambda item, number: first if number == 1 else stream.decode(item), judge)
+    if judge.too_long and config.too_long == "refuse":
+        assert judge.first_too_long is not None
+        row, prompt_tokens, output_tokens = judge.first_too_long
         raise DataError(
-            f"too_long: {source}: {too_long} of the {read} records read do not fit the model's context of"
-            f" {max_model_len} tokens (the first, record {row}: {prompt_tokens} prompt + {output_tokens} output"
-            " tokens); shorten them, raise vllm_config.max_model_len, or give too_long=skip to leave them out"
+            f"too_long: {source}: {judge.too_long} of the {judge.examined} records"
+            f" {'drawn' if config.shuffle else 'read'} do not fit the model's context of {max_model_len} tokens"
+            f" (the first, record {row}: {prompt_tokens} prompt + {output_tokens} output tokens); shorten them,"
+            " raise vllm_config.max_model_len, or give too_long=skip to leave them out"
         )
     if not samples:
-        why = f" ({too_long} too long for the context, skipped)" if too_long else ""
-        why += f" ({without_answer} conversations without a human turn and an answer)" if without_answer else ""
+        why = f" ({judge.too_long} too long for the context, skipped)" if judge.too_long else ""
+        if judge.without_answer:
+            why += f" ({judge.without_answer} conversations without a human turn and an answer)"
         raise DataError(f"path: {source}: no usable records{why}")
+    digest = hashlib.sha256()
+    for sample in samples:
+        prompt = sample.prompt
+        encoded = prompt.encode() if isinstance(prompt, str) else json.dumps(prompt).encode()
+        digest.update(len(encoded).to_bytes(8, "little") + encoded + sample.output_tokens.to_bytes(8, "little"))
     return LoadedRecords(
         samples=samples,
         source=source,
         content_hash="sha256:" + digest.hexdigest(),
         read=read,
-        skipped_too_long=too_long,
-        skipped_without_answer=without_answer,
+        skipped_too_long=judge.too_long,
+        skipped_without_answer=judge.without_answer,
         columns=columns,
         output_tokens_from=output_from,
     )
 
 
-def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    yield first
-    yield from rest
+Decode = Callable[[Any, int], dict[str, Any]]
+
+
+def _take_in_order(
+    config: RecordsDataConfig, records: Iterator[Any], decode: Decode, judge: _Judge
+) -> tuple[list[Sample], int]:
+    """The first ``samples`` usable records, reading no further; the i-th sample's drawn output length is the
+    i-th drawn."""
+    drawn_outputs = _drawn_output_lengths(config)
+    samples: list[Sample] = []
+    read = 0
+    for read, item in enumerate(records, start=1):
+        sample = judge.sample(decode(item, read), read, drawn_outputs[len(samples)])
+        if sample is not None:
+            samples.append(sample)
+            if len(samples) == config.samples:
+                break
+    return samples, read
+
+
+def _draw_uniformly(
+    config: RecordsDataConfig, records: Iterator[Any], decode: Decode, judge: _Judge
+) -> tuple[list[Sample], int]:
+    """A seeded uniform draw of ``samples`` usable records from the whole data, in a random order: every record
+    gets a random key and the usable records with the smallest keys are kept (a heap of the samples, nothing
+    more). A record is decoded and judged only when its key would enter the heap: about samples x (1 + ln(records
+    / samples)) of them. Drawn output lengths go to the judged records in turn."""
+    key_rng = np.random.default_rng([config.seed, 1])  # a stream apart from the drawn output lengths'
+    drawn_outputs = _drawn_output_stream(config)
+    kept: list[tuple[float, int, Sample]] = []  # (-key, record number, sample): the largest key on top
+    read = 0
+    keys: Iterator[float] = iter(())
+    for read, item in enumerate(records, start=1):
+        key = next(keys, None)
+        if key is None:
+            keys = iter(key_rng.random(_KEY_CHUNK).tolist())
+            key = next(keys)
+        if len(kept) == config.samples and key >= -kept[0][0]:
+            continue
+        sample = judge.sample(decode(item, read), read, next(drawn_outputs))
+        if sample is None:
+            continue
+        if len(kept) == config.samples:
+            heapq.heapreplace(kept, (-key, read, sample))
+        else:
+            heapq.heappush(kept, (-key, read, sample))
+    return [sample for _, _, sample in sorted(kept, reverse=True)], read
 
 
 # A record -> (prompt, output length: tokens, a text whose tokens are counted, or None for drawn), or None to skip.
 Reader = Callable[[dict[str, Any], int], "tuple[Prompt, int | str | None] | None"]
 
 
-def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tuple[Reader, str]:
-    """How a record becomes (prompt, output length or None); and where output lengths come from, in words."""
+def _readers(
+    config: RecordsDataConfig, source: str, columns: list[str], *, numbers_as_text: bool = False
+) -> tuple[Reader, str]:
+    """How a record becomes (prompt, output length or None); and where output lengths come from, in words. With
+    ``numbers_as_text`` (CSV) an output length is the text of a number."""
     listed = ", ".join(columns)
     if isinstance(config, ShareGptDataConfig):
         if config.conversations_column not in columns:
@@ -371,6 +525,8 @@ def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tupl
         if output_column is None:
             return prompt, None
         length = record.get(output_column)
+        if numbers_as_text and isinstance(length, str):
+            length = _number(length)
         if isinstance(length, float) and length.is_integer():
             length = int(length)
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
@@ -422,13 +578,27 @@ def _text(turn: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _drawn_output_lengths(config: RecordsDataConfig) -> list[int]:
-    rng = np.random.default_rng(config.seed)
+def _number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _drawn_output_lengths(config: RecordsDataConfig, rng: np.random.Generator | None = None) -> list[int]:
+    rng = rng or np.random.default_rng(config.seed)
     n = config.samples
     mean, stdev = config.output_tokens, config.output_tokens_stdev
     drawn = np.rint(rng.normal(mean, stdev, size=n)) if stdev > 0 else np.full(n, float(mean))
     upper = config.output_tokens_max if config.output_tokens_max is not None else np.iinfo(np.int64).max
     return [int(value) for value in np.clip(drawn, max(1, config.output_tokens_min or 1), upper)]
+
+
+def _drawn_output_stream(config: RecordsDataConfig) -> Iterator[int]:
+    """Drawn output lengths without end, ``samples`` at a time from one seeded generator."""
+    rng = np.random.default_rng(config.seed)
+    while True:
+        yield from _drawn_output_lengths(config, rng)
 
 
 __all__ = ["DataError", "FileDataConfig", "LoadedRecords", "Sample", "load_records"]
