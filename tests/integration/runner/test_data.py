@@ -8,10 +8,6 @@ The simulated engine's tokens are UTF-8 bytes, so every length here is known exa
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -314,77 +310,3 @@ def test_bad_data_exits_2_naming_option_file_and_field(
     for name in names:
         assert name in message, (name, message)
     assert not output.exists()
-
-
-# A hub id, on a machine without the hub: its endpoint refuses connections, so nothing here reaches a network.
-UNREACHABLE_HUB = "http://127.0.0.1:9"
-
-
-def build_hub_cache(home: Path) -> None:
-    """The cache `datasets.load_dataset("someone/prompts")` leaves in $HF_HOME/datasets on first use, written by the
-    builder that call uses, set up as the call sets it up for a hub repository of JSON files (a namespace___name
-    folder, the config, the version, the revision), from the thirty records instead of the hub's files."""
-    script = (
-        "import sys, datasets\n"
-        "from datasets.data_files import DataFilesDict, DataFilesList\n"
-        "from datasets.packaged_modules.json.json import Json\n"
-        "builder = Json(cache_dir=datasets.config.HF_DATASETS_CACHE, dataset_name='prompts', repo_id='someone/prompts',"
-        " config_id='default', hash='0123abcd')\n"
-        "builder.config.data_files = DataFilesDict({'train': DataFilesList([sys.argv[1]], origin_metadata=[None])})\n"
-        "builder.download_and_prepare()\n"
-    )
-    source = write_jsonl(home.parent / "hub-records.jsonl", records())
-    environment = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-c", script, str(source)], env=environment, check=True, capture_output=True)
-    assert (
-        home / "datasets" / "someone___prompts" / "default" / "0.0.0" / "0123abcd" / "prompts-train.arrow"
-    ).is_file()
-
-
-def run_in_process_of_its_own(tmp_path: Path, data: str, **environment: str) -> tuple[int, str, float]:
-    """(exit code, stderr, seconds) of `batchmark run` in a fresh process, whose hub settings are read at import."""
-    command = [sys.executable, "-m", "batchmark.runner", "run", "--quiet", "--backend", backend(), "--data", data]
-    command += ["--profile", "kind=throughput", "--constraint", "kind=max_requests,count=5"]
-    command += ["--output", str(tmp_path / "hub.json")]
-    settings = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
-    started = time.monotonic()
-    result = subprocess.run(
-        command, env={**settings, **environment}, capture_output=True, text=True, timeout=120, check=False
-    )
-    return result.returncode, result.stderr, time.monotonic() - started
-
-
-def test_a_hub_id_without_the_hub_or_a_cache_fails_at_once_in_one_line(tmp_path: Path) -> None:
-    code, error, seconds = run_in_process_of_its_own(
-        tmp_path, "kind=dataset,path=someone/prompts", HF_HOME=str(tmp_path / "home"), HF_ENDPOINT=UNREACHABLE_HUB
-    )
-    assert code == 2, error
-    lines = error.strip().splitlines()
-    assert len(lines) == 1, error
-    for name in ("--data", "someone/prompts", "the hub does not answer", UNREACHABLE_HUB, "cache"):
-        assert name in lines[0], (name, lines[0])
-    assert seconds < 20, seconds  # it took 26 s and ten lines of retries
-
-
-def test_a_hub_id_is_read_offline_from_the_cache_the_readme_describes(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    build_hub_cache(home)
-    data = "kind=dataset,path=someone/prompts,samples=30"
-    offline = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    code, error, _ = run_in_process_of_its_own(tmp_path, data, **offline)
-    assert code == 0, error
-    report = json.loads((tmp_path / "hub.json").read_text())
-    assert report["data"]["samples"] == 30
-    assert report["data"]["source"] == "someone/prompts"
-    for request_id, lengths in by_request(report).items():
-        assert lengths == expected(request_id)
-    # Without HF_HUB_OFFLINE, a hub that does not answer leaves the same cache to read.
-    code, error, seconds = run_in_process_of_its_own(tmp_path, data, HF_HOME=str(home), HF_ENDPOINT=UNREACHABLE_HUB)
-    assert code == 0, error
-    assert json.loads((tmp_path / "hub.json").read_text())["data"]["content_hash"] == report["data"]["content_hash"]
-    assert seconds < 20, seconds
-    # A dataset the cache does not hold, offline: exit 2 naming it and the cache.
-    code, error, _ = run_in_process_of_its_own(tmp_path, "kind=dataset,path=someone/other", **offline)
-    assert code == 2, error
-    for name in ("--data", "someone/other", "not in the Hugging Face cache", str(home), "HF_HUB_OFFLINE is set"):
-        assert name in error, (name, error)

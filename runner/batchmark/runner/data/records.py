@@ -153,11 +153,11 @@ def _take(
     )
 
 
-Decode = Callable[[Any, int], dict[str, Any]]
+_Decode = Callable[[Any, int], dict[str, Any]]
 
 
 def _take_in_order(
-    config: RecordsDataConfig, records: Iterator[Any], decode: Decode, judge: _Judge
+    config: RecordsDataConfig, records: Iterator[Any], decode: _Decode, judge: _Judge
 ) -> tuple[list[Sample], int]:
     """The first ``samples`` usable records, reading no further; the i-th sample's drawn output length is the
     i-th drawn."""
@@ -174,7 +174,7 @@ def _take_in_order(
 
 
 def _draw_uniformly(
-    config: RecordsDataConfig, records: Iterator[Any], decode: Decode, judge: _Judge
+    config: RecordsDataConfig, records: Iterator[Any], decode: _Decode, judge: _Judge
 ) -> tuple[list[Sample], int]:
     """A seeded uniform draw of ``samples`` usable records from the whole data, in a random order: every record
     gets a random key and the usable records with the smallest keys are kept (a heap of the samples, nothing

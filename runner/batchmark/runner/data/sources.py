@@ -237,7 +237,7 @@ def _load_hub_dataset(datasets: Any, config: DatasetDataConfig) -> Any:
     unreachable = None if offline else _hub_unreachable(config.path)
     if not offline and unreachable is None:
         return _load_dataset(datasets, config, config.path, streaming=False)
-    why = "HF_HUB_OFFLINE is set" if offline else f"the hub does not answer: {unreachable}"
+    why = "HF_HUB_OFFLINE is set: the Hub is not asked" if offline else f"the Hub does not answer: {unreachable}"
     with _offline(datasets):
         try:
             return datasets.load_dataset(config.path, name=config.config, streaming=True)
