@@ -1,6 +1,7 @@
 """`--data kind=dataset` with a Hugging Face hub id, read offline from the Hugging Face cache under HF_HOME, as on a
 machine (or a pod with `modelCache`) where the dataset was downloaded once: `config`, `split` and `prompt_column`
-pick what runs, and an id the cache does not hold is an exit 2 naming the field.
+pick what runs, and an id the cache does not hold is an exit 2 naming the field. Without HF_HUB_OFFLINE, a hub that
+does not answer leaves the cache to read at once, or an exit 2 at once when the cache does not hold the id.
 
 No hub is reachable here, so the test fills the cache the way `datasets` does after downloading a dataset of JSON
 files: the hub's JSON builder prepares each configuration into `datasets/<owner>___<name>/<config>/<version>/
@@ -11,6 +12,8 @@ The runner runs as its own program, so the Hugging Face libraries read this HF_H
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +73,27 @@ def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-def run_offline(hf_home: Path, tmp_path: Path, data: str) -> tuple[Finished, dict[str, Any] | None]:
-    """A run on ``data`` with only ``hf_home``'s cache to read from; the results, if it wrote them (a bad id
-    must not)."""
+# A hub that is not there: its endpoint refuses connections, so nothing here reaches a network.
+UNREACHABLE_HUB = "http://127.0.0.1:9"
+
+
+def run_offline(
+    hf_home: Path, tmp_path: Path, data: str, *, offline: bool = True
+) -> tuple[Finished, dict[str, Any] | None]:
+    """A run on ``data`` with only ``hf_home``'s cache to read from, with HF_HUB_OFFLINE set or (``offline``
+    false) without it and a hub endpoint that does not answer; the results, if it wrote them (a bad id must not)."""
     output = tmp_path / "report.json"
     output.unlink(missing_ok=True)
     args = ["run", "--quiet", "--backend", backend(), "--data", data]
     args += ["--profile", "kind=throughput", "--constraint", "kind=max_requests,count=30"]
     args += ["--sample-requests", "100", "--output", str(output)]
-    offline = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": None}
-    finished = run_program(args, env=offline)
+    environment: dict[str, str | None] = {name: None for name in os.environ if name.startswith("HF_")}
+    environment["HF_HOME"] = str(hf_home)
+    if offline:
+        environment.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    else:
+        environment["HF_ENDPOINT"] = UNREACHABLE_HUB
+    finished = run_program(args, env=environment)
     return finished, read_results(output) if output.exists() else None
 
 
@@ -141,4 +155,38 @@ def test_what_the_cache_does_not_hold_exits_2_naming_the_field(
     assert "Traceback" not in message
     assert "--data" in message, message
     for name in names:
+        assert name in message, (name, message)
+
+
+def test_a_hub_that_does_not_answer_leaves_the_cache_to_read_at_once(hf_home: Path, tmp_path: Path) -> None:
+    spec = f"kind=dataset,path={REPOSITORY},config=default,prompt_column=question,output_tokens=3"
+    offline, offline_report = run_offline(hf_home, tmp_path, spec)
+    assert offline.code == 0, offline.stderr
+    assert offline_report is not None
+    started = time.monotonic()
+    finished, report = run_offline(hf_home, tmp_path, spec, offline=False)
+    assert finished.code == 0, finished.stderr
+    assert report is not None
+    assert time.monotonic() - started < 20  # datasets alone retried for 26 s before it looked in the cache
+    assert report["data"]["content_hash"] == offline_report["data"]["content_hash"]
+
+
+def test_without_the_hub_or_a_cache_a_hub_id_fails_at_once_in_one_line(tmp_path: Path) -> None:
+    started = time.monotonic()
+    finished, report = run_offline(
+        tmp_path / "empty-hf-home", tmp_path, f"kind=dataset,path={REPOSITORY}", offline=False
+    )
+    assert time.monotonic() - started < 20  # it took 26 s and printed ten lines of retries
+    assert finished.code == 2, finished.stderr
+    assert report is None
+    message = finished.stderr.strip()
+    assert len(message.splitlines()) == 1, message
+    for name in (
+        "--data",
+        "path",
+        REPOSITORY,
+        "not in the Hugging Face cache",
+        "the Hub does not answer",
+        UNREACHABLE_HUB,
+    ):
         assert name in message, (name, message)

@@ -19,7 +19,7 @@ from batchmark.runner.config.data import FileDataConfig
 from batchmark.runner.config.load import load_config
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import CONFIG_KEY, CONFIG_PATH, ENV_DATA_DIRECTORY
-from batchmark.runner.data.records import data_path
+from batchmark.runner.data.sources import data_path
 
 BACKEND = "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated"
 BASE = [

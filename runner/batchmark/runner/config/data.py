@@ -115,8 +115,8 @@ class _RecordsDataConfig(ConfigModel):
     seed: int = Field(default=42, ge=0, le=MAX_SEED, description="Seed for shuffling and drawn output lengths.")
     shuffle: bool = Field(
         default=False,
-        description="Take the samples in a seeded random order (a bounded shuffle buffer: memory stays bounded)"
-        " instead of the data's own order.",
+        description="Take the samples as a seeded uniform draw from the whole data, in random order, instead of"
+        " the data's first records in their own order (only the samples are held: memory stays bounded).",
     )
     too_long: Literal["refuse", "skip"] = Field(
         default="refuse",

@@ -1,21 +1,20 @@
-"""Prompts from the user's own data: local files, Hugging Face datasets and ShareGPT conversations.
+"""Prompts from the user's own data: local files, Hugging Face datasets and ShareGPT conversations, made samples.
 
-Everything is read as a stream: records are read until ``samples`` are kept, so a file of any size costs the
-memory of the samples, not of the file. JSONL, CSV and Parquet files go through ``pyarrow``'s block readers
-(Hugging Face ``datasets`` alone costs ~80 MB of imports and reads in large chunks); a JSON list, saved
-datasets, folders and hub ids through ``datasets``. Problems are ``DataError``s raised before any engine loads,
-each naming the field and the file.
+In the data's own order records are read until ``samples`` are kept. Shuffled, the whole data is read and the
+samples are a seeded uniform draw from all of it: each record gets a random key and the usable records with the
+``samples`` smallest keys are kept, so only the samples are held, whatever the data's size or its records'. Where
+the records come from is ``sources``. Problems are ``DataError``s raised before any engine loads, each naming the
+field and the file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
-import logging
-import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -23,21 +22,15 @@ import numpy as np
 from batchmark.runner.config.data import (
     OUTPUT_TOKENS_COLUMN_NAMES,
     PROMPT_COLUMN_NAMES,
-    DatasetDataConfig,
-    FileDataConfig,
     RecordsDataConfig,
     ShareGptDataConfig,
 )
-from batchmark.runner.contract import ENV_DATA_DIRECTORY
+from batchmark.runner.data.sources import DataError, RecordStream, describe, open_records
 
-# Records held for a seeded shuffle of a stream: enough to mix a file well, few enough to bound memory.
-SHUFFLE_BUFFER = 10_000
-FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
-SHAREGPT_EXTENSIONS = (".json", ".jsonl")
 _HUMAN = ("human", "user")
 _ANSWER = ("gpt", "assistant", "chatgpt", "bard", "model", "bing")
-# save_to_disk writes one of these at the top of its folder.
-_SAVED_MARKERS = ("dataset_dict.json", "state.json")
+# Random keys of the shuffle drawn this many at a time: numpy's cost per call, not per key.
+_KEY_CHUNK = 4096
 
 TokenCounter = Callable[[str], int]
 # A conversation given as chat messages: (role, content) pairs, for the model's chat template.
@@ -48,10 +41,6 @@ Prompt = str | Messages
 def prompt_text(prompt: Prompt) -> str:
     """The text a prompt is without a chat template: a conversation's contents, a line each."""
     return prompt if isinstance(prompt, str) else "\n".join(content for _, content in prompt)
-
-
-class DataError(ValueError):
-    """The data cannot be used; the message names the field and the file."""
 
 
 @dataclass
@@ -68,7 +57,7 @@ class LoadedRecords:
     samples: list[Sample]
     source: str
     content_hash: str
-    read: int  # records read from the data to find the samples
+    read: int  # records read from the data to find the samples (all of them when shuffled)
     skipped_too_long: int
     skipped_without_answer: int = 0
     columns: list[str] = field(default_factory=list)
@@ -76,262 +65,152 @@ class LoadedRecords:
 
 
 def load_records(config: RecordsDataConfig, count_tokens: TokenCounter, max_model_len: int | None) -> LoadedRecords:
-    """Read up to ``config.samples`` records; every failure is a DataError."""
-    source, stream = _open(config)
+    """The samples: the data's first usable records, or a uniform draw from all of it; every failure a DataError."""
+    source, stream = open_records(config)
     try:
         return _take(config, source, stream, count_tokens, max_model_len)
     except DataError:
         raise
     except Exception as error:  # whatever the reader raises on bad bytes or structure, said in one line
-        raise DataError(f"path: {source}: cannot read it: {_describe(error)}") from None
+        raise DataError(f"path: {source}: cannot read it: {describe(error)}") from None
 
 
-def _datasets() -> Any:
-    """Hugging Face datasets (imported on first use: ~80 MB), printing no progress bars or warnings."""
-    import datasets  # noqa: PLC0415 - heavy; only data it alone reads needs it
+class _Judge:
+    """Makes a record a Sample, or counts why it is none (no answer, too long for the context)."""
 
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    logging.getLogger("datasets").setLevel(logging.ERROR)
-    return datasets
+    def __init__(self, read_prompt: Reader, count_tokens: TokenCounter, max_model_len: int | None) -> None:
+        self.read_prompt, self.count_tokens, self.max_model_len = read_prompt, count_tokens, max_model_len
+        self.examined = self.too_long = self.without_answer = 0
+        self.first_too_long: tuple[int, int, int] | None = None
 
-
-def _describe(error: BaseException) -> str:
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, UnicodeDecodeError):
-            return f"not UTF-8 text (byte {seen.start} of a block: {seen.reason})"
-        seen = seen.__cause__ or seen.__context__
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def data_path(given: str) -> Path:
-    """The path as given; a relative one under the pod's data volume when the operator mounted one."""
-    path = Path(given).expanduser()
-    mounted = os.environ.get(ENV_DATA_DIRECTORY)
-    return Path(mounted) / path if mounted and not path.is_absolute() else path
-
-
-def _open(config: RecordsDataConfig) -> tuple[str, Iterable[dict[str, Any]]]:
-    path = data_path(config.path)
-    if isinstance(config, DatasetDataConfig):
-        return _open_dataset(config, path)
-    if not path.exists():
-        raise DataError(f"path: {config.path}: no such file")
-    if not path.is_file():
-        raise DataError(f"path: {config.path}: not a file (a folder is read with kind=dataset)")
-    suffix = path.suffix.lower()
-    allowed = SHAREGPT_EXTENSIONS if isinstance(config, ShareGptDataConfig) else tuple(FILE_BUILDERS)
-    if suffix not in allowed:
-        raise DataError(f"path: {config.path}: the file name must end in one of {', '.join(allowed)}")
-    if path.stat().st_size == 0:
-        raise DataError(f"path: {config.path}: the data set is empty (no records)")
-    if suffix in _ARROW_READERS:
-        return config.path, _shuffled(config, _ARROW_READERS[suffix](path))
-    datasets = _datasets()  # a JSON list is read whole: use JSONL for large files
-
-    try:
-        stream = datasets.load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train", streaming=True)
-    except Exception as error:  # the reader's own complaint, in one line
-        raise DataError(f"path: {config.path}: cannot read it: {_describe(error)}") from None
-    return config.path, _shuffled(config, stream)
-
-
-# Bytes per block the readers parse at a time: bounds their memory whatever the file's size.
-_BLOCK_BYTES = 1 << 20
-_PARQUET_BATCH_ROWS = 1024
-
-
-def _line_blocks(path: Path) -> Iterator[bytes]:
-    """The file in blocks of whole lines, about _BLOCK_BYTES each (a longer line makes a longer block)."""
-    with path.open("rb") as file:
-        rest = b""
-        while chunk := file.read(_BLOCK_BYTES):
-            block = rest + chunk
-            end = block.rfind(b"\n") + 1
-            if end:
-                yield block[:end]
-            rest = block[end:]
-        if rest.strip():
-            yield rest
-
-
-def _jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
-    """One block of lines at a time through pyarrow's JSON parser, on this thread. pyarrow's own streaming reader
-    (open_json) reads blocks ahead on its threads and costs +50 MB more over the first ten blocks of a JSONL (the
-    seeded shuffle's 10000 records of 1 KiB), benchmarks/notes/data-memory.md."""
-    import pyarrow.json  # noqa: PLC0415 - only runs on data need it
-
-    for block in _line_blocks(path):
-        options = pyarrow.json.ReadOptions(use_threads=False, block_size=len(block) + 1)
-        yield from pyarrow.json.read_json(pyarrow.py_buffer(block), read_options=options).to_pylist()
-
-
-def _csv_records(path: Path) -> Iterator[dict[str, Any]]:
-    import pyarrow.csv  # noqa: PLC0415 - only runs on data need it
-
-    reader = pyarrow.csv.open_csv(path, read_options=pyarrow.csv.ReadOptions(block_size=_BLOCK_BYTES))
-    for batch in reader:
-        yield from batch.to_pylist()
-
-
-def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
-    import pyarrow.parquet  # noqa: PLC0415 - only runs on data need it
-
-    for batch in pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH_ROWS):
-        yield from batch.to_pylist()
-
-
-def _text_records(path: Path) -> Iterator[dict[str, Any]]:
-    """A prompt a line, as the ``text`` column; blank lines are no prompts."""
-    with path.open(encoding="utf-8") as lines:
-        for line in lines:
-            text = line.rstrip("\r\n")
-            if text.strip():
-                yield {"text": text}
-
-
-_ARROW_READERS: dict[str, Callable[[Path], Iterator[dict[str, Any]]]] = {
-    ".jsonl": _jsonl_records,
-    ".csv": _csv_records,
-    ".parquet": _parquet_records,
-    ".txt": _text_records,
-}
-
-
-def _open_dataset(config: DatasetDataConfig, path: Path) -> tuple[str, Iterable[dict[str, Any]]]:
-    datasets = _datasets()
-    if path.is_dir() and any((path / marker).is_file() for marker in _SAVED_MARKERS):
-        try:
-            saved = datasets.load_from_disk(str(path))  # memory-mapped Arrow: nothing is read into memory here
-        except Exception as error:  # a damaged folder, in one line
-            raise DataError(f"path: {config.path}: cannot read the saved dataset: {_describe(error)}") from None
-        if isinstance(saved, datasets.DatasetDict):
-            saved = saved[_split(config, list(saved))]
-        elif config.split is not None:
-            raise DataError(f"split: {config.split!r}: {config.path} is a single dataset without splits")
-        return config.path, _shuffled(config, saved.to_iterable_dataset())
-    looks_like_path = config.path.startswith(("/", ".", "~")) or config.path.count("/") > 1
-    if not path.exists() and looks_like_path:
-        raise DataError(f"path: {config.path}: no such file or folder")
-    try:
-        loaded = datasets.load_dataset(str(path) if path.exists() else config.path, name=config.config, streaming=True)
-    except Exception as error:  # the reader's own complaint (unknown config, no data files), in one line
-        raise DataError(f"path: {config.path}: cannot read it as a dataset: {_describe(error)}") from None
-    if isinstance(loaded, datasets.IterableDatasetDict):
-        loaded = loaded[_split(config, list(loaded))]
-    elif config.split is not None:
-        raise DataError(f"split: {config.split!r}: {config.path} has no splits")
-    return config.path, _shuffled(config, loaded)
-
-
-def _split(config: DatasetDataConfig, splits: list[str]) -> str:
-    if config.split is not None:
-        if config.split not in splits:
-            raise DataError(f"split: {config.split!r}: {config.path} has the splits {', '.join(splits)}")
-        return config.split
-    if not splits:
-        raise DataError(f"path: {config.path}: the dataset has no splits, no records")
-    return "train" if "train" in splits else splits[0]
-
-
-def _shuffled(config: RecordsDataConfig, stream: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
-    return _buffer_shuffle(stream, config.seed) if config.shuffle else stream
-
-
-def _buffer_shuffle(stream: Iterable[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
-    """A seeded shuffle through a bounded buffer: each record read takes a random place in it and pushes out the
-    record there. The same records and seed give the same order, whichever reader read them."""
-    rng = np.random.default_rng(seed)
-    buffer: list[dict[str, Any]] = []
-    for record in stream:
-        if len(buffer) < SHUFFLE_BUFFER:
-            buffer.append(record)
-            continue
-        place = int(rng.integers(SHUFFLE_BUFFER))
-        yield buffer[place]
-        buffer[place] = record
-    rng.shuffle(buffer)
-    yield from buffer
+    def sample(self, record: dict[str, Any], number: int, drawn_output: int) -> Sample | None:
+        self.examined += 1
+        pair = self.read_prompt(record, number)
+        if pair is None:
+            self.without_answer += 1
+            return None
+        prompt, output = pair
+        prompt_tokens = self.count_tokens(prompt_text(prompt))
+        if output is None:
+            output_tokens = drawn_output
+        elif isinstance(output, str):
+            output_tokens = max(1, self.count_tokens(output))
+        else:
+            output_tokens = output
+        if self.max_model_len is not None and prompt_tokens + output_tokens > self.max_model_len:
+            self.too_long += 1
+            self.first_too_long = self.first_too_long or (number, prompt_tokens, output_tokens)
+            return None
+        return Sample(prompt, prompt_tokens, output_tokens)
 
 
 def _take(
     config: RecordsDataConfig,
     source: str,
-    stream: Iterable[dict[str, Any]],
+    stream: RecordStream,
     count_tokens: TokenCounter,
     max_model_len: int | None,
 ) -> LoadedRecords:
-    records = iter(stream)
-    first = next(records, None)
-    if first is None:
+    raw = iter(stream.raw)
+    first_raw = next(raw, None)
+    if first_raw is None:
         raise DataError(f"path: {source}: the data set is empty (no records)")
+    first = stream.decode(first_raw)
     columns = list(first)
-    read_prompt, output_from = _readers(config, source, columns)
-    drawn_outputs = _drawn_output_lengths(config)
-    samples: list[Sample] = []
-    digest = hashlib.sha256()
-    read = too_long = without_answer = 0
-    first_too_long: tuple[int, int, int] | None = None
-    for number, record in enumerate(_chain(first, records), start=1):
-        read = number
-        pair = read_prompt(record, number)
-        if pair is None:
-            without_answer += 1
-            continue
-        prompt, output = pair
-        prompt_tokens = count_tokens(prompt_text(prompt))
-        if output is None:
-            output_tokens = drawn_outputs[len(samples)]
-        elif isinstance(output, str):
-            output_tokens = max(1, count_tokens(output))
-        else:
-            output_tokens = output
-        if max_model_len is not None and prompt_tokens + output_tokens > max_model_len:
-            too_long += 1
-            first_too_long = first_too_long or (number, prompt_tokens, output_tokens)
-            continue
-        samples.append(Sample(prompt, prompt_tokens, output_tokens))
-        encoded = prompt.encode() if isinstance(prompt, str) else json.dumps(prompt).encode()
-        digest.update(len(encoded).to_bytes(8, "little") + encoded + output_tokens.to_bytes(8, "little"))
-        if len(samples) == config.samples:
-            break
-    if too_long and config.too_long == "refuse":
-        assert first_too_long is not None
-        row, prompt_tokens, output_tokens = first_too_long
+    read_prompt, output_from = _readers(config, source, columns, numbers_as_text=stream.numbers_as_text)
+    judge = _Judge(read_prompt, count_tokens, max_model_len)
+    records = chain([first_raw], raw)
+    take = _draw_uniformly if config.shuffle else _take_in_order
+    samples, read = take(config, records, lambda item, number: first if number == 1 else stream.decode(item), judge)
+    if judge.too_long and config.too_long == "refuse":
+        assert judge.first_too_long is not None
+        row, prompt_tokens, output_tokens = judge.first_too_long
         raise DataError(
-            f"too_long: {source}: {too_long} of the {read} records read do not fit the model's context of"
-            f" {max_model_len} tokens (the first, record {row}: {prompt_tokens} prompt + {output_tokens} output"
-            " tokens); shorten them, raise vllm_config.max_model_len, or give too_long=skip to leave them out"
+            f"too_long: {source}: {judge.too_long} of the {judge.examined} records"
+            f" {'drawn' if config.shuffle else 'read'} do not fit the model's context of {max_model_len} tokens"
+            f" (the first, record {row}: {prompt_tokens} prompt + {output_tokens} output tokens); shorten them,"
+            " raise vllm_config.max_model_len, or give too_long=skip to leave them out"
         )
     if not samples:
-        why = f" ({too_long} too long for the context, skipped)" if too_long else ""
-        why += f" ({without_answer} conversations without a human turn and an answer)" if without_answer else ""
+        why = f" ({judge.too_long} too long for the context, skipped)" if judge.too_long else ""
+        if judge.without_answer:
+            why += f" ({judge.without_answer} conversations without a human turn and an answer)"
         raise DataError(f"path: {source}: no usable records{why}")
+    digest = hashlib.sha256()
+    for sample in samples:
+        prompt = sample.prompt
+        encoded = prompt.encode() if isinstance(prompt, str) else json.dumps(prompt).encode()
+        digest.update(len(encoded).to_bytes(8, "little") + encoded + sample.output_tokens.to_bytes(8, "little"))
     return LoadedRecords(
         samples=samples,
         source=source,
         content_hash="sha256:" + digest.hexdigest(),
         read=read,
-        skipped_too_long=too_long,
-        skipped_without_answer=without_answer,
+        skipped_too_long=judge.too_long,
+        skipped_without_answer=judge.without_answer,
         columns=columns,
         output_tokens_from=output_from,
     )
 
 
-def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    yield first
-    yield from rest
+_Decode = Callable[[Any, int], dict[str, Any]]
+
+
+def _take_in_order(
+    config: RecordsDataConfig, records: Iterator[Any], decode: _Decode, judge: _Judge
+) -> tuple[list[Sample], int]:
+    """The first ``samples`` usable records, reading no further; the i-th sample's drawn output length is the
+    i-th drawn."""
+    drawn_outputs = _drawn_output_lengths(config)
+    samples: list[Sample] = []
+    read = 0
+    for read, item in enumerate(records, start=1):
+        sample = judge.sample(decode(item, read), read, drawn_outputs[len(samples)])
+        if sample is not None:
+            samples.append(sample)
+            if len(samples) == config.samples:
+                break
+    return samples, read
+
+
+def _draw_uniformly(
+    config: RecordsDataConfig, records: Iterator[Any], decode: _Decode, judge: _Judge
+) -> tuple[list[Sample], int]:
+    """A seeded uniform draw of ``samples`` usable records from the whole data, in a random order: every record
+    gets a random key and the usable records with the smallest keys are kept (a heap of the samples, nothing
+    more). A record is decoded and judged only when its key would enter the heap: about samples x (1 + ln(records
+    / samples)) of them. Drawn output lengths go to the judged records in turn."""
+    key_rng = np.random.default_rng([config.seed, 1])  # a stream apart from the drawn output lengths'
+    drawn_outputs = _drawn_output_stream(config)
+    kept: list[tuple[float, int, Sample]] = []  # (-key, record number, sample): the largest key on top
+    read = 0
+    keys: Iterator[float] = iter(())
+    for read, item in enumerate(records, start=1):
+        key = next(keys, None)
+        if key is None:
+            keys = iter(key_rng.random(_KEY_CHUNK).tolist())
+            key = next(keys)
+        if len(kept) == config.samples and key >= -kept[0][0]:
+            continue
+        sample = judge.sample(decode(item, read), read, next(drawn_outputs))
+        if sample is None:
+            continue
+        if len(kept) == config.samples:
+            heapq.heapreplace(kept, (-key, read, sample))
+        else:
+            heapq.heappush(kept, (-key, read, sample))
+    return [sample for _, _, sample in sorted(kept, reverse=True)], read
 
 
 # A record -> (prompt, output length: tokens, a text whose tokens are counted, or None for drawn), or None to skip.
 Reader = Callable[[dict[str, Any], int], "tuple[Prompt, int | str | None] | None"]
 
 
-def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tuple[Reader, str]:
-    """How a record becomes (prompt, output length or None); and where output lengths come from, in words."""
+def _readers(
+    config: RecordsDataConfig, source: str, columns: list[str], *, numbers_as_text: bool = False
+) -> tuple[Reader, str]:
+    """How a record becomes (prompt, output length or None); and where output lengths come from, in words. With
+    ``numbers_as_text`` (CSV) an output length is the text of a number."""
     listed = ", ".join(columns)
     if isinstance(config, ShareGptDataConfig):
         if config.conversations_column not in columns:
@@ -371,6 +250,8 @@ def _readers(config: RecordsDataConfig, source: str, columns: list[str]) -> tupl
         if output_column is None:
             return prompt, None
         length = record.get(output_column)
+        if numbers_as_text and isinstance(length, str):
+            length = _number(length)
         if isinstance(length, float) and length.is_integer():
             length = int(length)
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
@@ -422,8 +303,15 @@ def _text(turn: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _drawn_output_lengths(config: RecordsDataConfig) -> list[int]:
-    rng = np.random.default_rng(config.seed)
+def _number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _drawn_output_lengths(config: RecordsDataConfig, rng: np.random.Generator | None = None) -> list[int]:
+    rng = rng or np.random.default_rng(config.seed)
     n = config.samples
     mean, stdev = config.output_tokens, config.output_tokens_stdev
     drawn = np.rint(rng.normal(mean, stdev, size=n)) if stdev > 0 else np.full(n, float(mean))
@@ -431,4 +319,11 @@ def _drawn_output_lengths(config: RecordsDataConfig) -> list[int]:
     return [int(value) for value in np.clip(drawn, max(1, config.output_tokens_min or 1), upper)]
 
 
-__all__ = ["DataError", "FileDataConfig", "LoadedRecords", "Sample", "load_records"]
+def _drawn_output_stream(config: RecordsDataConfig) -> Iterator[int]:
+    """Drawn output lengths without end, ``samples`` at a time from one seeded generator."""
+    rng = np.random.default_rng(config.seed)
+    while True:
+        yield from _drawn_output_lengths(config, rng)
+
+
+__all__ = ["DataError", "LoadedRecords", "Sample", "load_records"]
