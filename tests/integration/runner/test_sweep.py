@@ -287,7 +287,10 @@ def assert_pushed_with_intervals(report: RunReport, chosen_size: str) -> None:
         assert registry.get_sample_value("batchmark_result_recommended", labels) == (1 if size == chosen_size else 0)
 
 
-def test_repeats_in_the_files_and_on_the_console(tmp_path: Path) -> None:
+def test_repeats_in_the_files_and_on_the_console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A terminal as wide as people's: at rich's default 80 columns off a terminal, the repeats table's headers
+    # wrap, and where they break depends on the widths of the figures.
+    monkeypatch.setenv("COLUMNS", "200")
     outputs = [tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.yaml", tmp_path / "r.html"]
     finished = run_in_process(
         [
