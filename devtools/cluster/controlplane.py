@@ -473,8 +473,8 @@ class ControlPlane:
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure.
 
-        A GET whose answer does not come within the timeout is asked once more, as the Kubernetes clients retry
-        an idempotent read: a loaded machine can stall the API server for that long."""
+        A GET whose answer (or whose TLS handshake) does not come within the timeout is asked once more, as the
+        Kubernetes clients retry an idempotent read: a loaded machine can stall the API server for that long."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
@@ -485,8 +485,10 @@ class ControlPlane:
                 with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as answer:
                     payload = answer.read()
                 break
-            except TimeoutError:
-                if attempt == attempts:
+            except (TimeoutError, urllib.error.URLError) as error:
+                # urlopen wraps a timeout while connecting (the handshake) in a URLError; one while reading is bare.
+                timed_out = isinstance(error, TimeoutError) or isinstance(error.reason, TimeoutError)
+                if attempt == attempts or not timed_out:
                     raise
         return json.loads(payload) if payload.startswith(b"{") else payload.decode()
 

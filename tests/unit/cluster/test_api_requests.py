@@ -1,0 +1,69 @@
+"""The control plane's admin requests: a GET that timed out, reading or shaking hands, is asked once more."""
+
+from __future__ import annotations
+
+import io
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from devtools.cluster.controlplane import ControlPlane
+
+
+class Answer(io.BytesIO):
+    def __enter__(self) -> Answer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def plane_answering(monkeypatch: pytest.MonkeyPatch, failures: list[BaseException]) -> tuple[ControlPlane, list[str]]:
+    """A control plane whose API server raises ``failures`` in turn, then answers a Pod."""
+    asked: list[str] = []
+
+    def urlopen(request: urllib.request.Request, context: ssl.SSLContext, timeout: float) -> Answer:
+        asked.append(request.get_method())
+        if len(asked) <= len(failures):
+            raise failures[len(asked) - 1]
+        return Answer(b'{"kind": "Pod"}')
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    plane = ControlPlane.__new__(ControlPlane)
+    plane.server = "https://127.0.0.1:1"
+    monkeypatch.setattr(plane, "_ssl_context", ssl.create_default_context)
+    return plane, asked
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [TimeoutError("timed out"), urllib.error.URLError(TimeoutError("_ssl.c:989: The handshake operation timed out"))],
+    ids=["reading", "handshake"],
+)
+def test_a_get_that_timed_out_is_asked_once_more(monkeypatch: pytest.MonkeyPatch, failure: BaseException) -> None:
+    plane, asked = plane_answering(monkeypatch, [failure])
+    answer: Any = plane.request("GET", "/api/v1/namespaces/default/pods/p")
+    assert answer == {"kind": "Pod"}
+    assert asked == ["GET", "GET"]
+
+
+def test_a_get_is_asked_twice_at_most_and_other_failures_not_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    plane, asked = plane_answering(monkeypatch, [TimeoutError("timed out")] * 2)
+    with pytest.raises(TimeoutError):
+        plane.request("GET", "/api/v1/nodes")
+    assert asked == ["GET", "GET"]
+    refused = urllib.error.URLError(ConnectionRefusedError("refused"))
+    plane, asked = plane_answering(monkeypatch, [refused])
+    with pytest.raises(urllib.error.URLError):
+        plane.request("GET", "/api/v1/nodes")
+    assert asked == ["GET"]
+
+
+def test_a_write_that_timed_out_is_never_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    plane, asked = plane_answering(monkeypatch, [urllib.error.URLError(TimeoutError("handshake"))])
+    with pytest.raises(urllib.error.URLError):
+        plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": "n"}})
+    assert asked == ["POST"]
