@@ -5,10 +5,13 @@ and how it spreads the tests over them (tests/xdist_scheduling.py)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.runner.harness import Program
 
 pytest_plugins = ["tests.cluster_fixtures"]
 
@@ -42,3 +45,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from tests.xdist_scheduling import LongestGroupsFirst
 
     return LongestGroupsFirst(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _no_program_outlives_its_test() -> Iterator[None]:
+    """A test that failed half-way through a run leaves nothing running for the tests after it."""
+    yield
+    Program.end_leftovers()

@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.cli import Finished, command, read_results
 
@@ -108,6 +108,10 @@ class Outcome(Finished):
 class Program:
     """One `batchmark` process in a session of its own; stdout and stderr go to files, read as it runs."""
 
+    # The programs started by the test that runs now: a test that fails before finish() would otherwise leave its
+    # run (and a real engine's processes) working through the tests after it (tests/conftest.py ends them).
+    started: ClassVar[list[Program]] = []
+
     def __init__(
         self, tmp_path: Path, args: list[str], env: dict[str, str] | None = None, python: Path | None = None
     ) -> None:
@@ -124,6 +128,7 @@ class Program:
             )
         self.pid = self.process.pid
         self.signalled_at: float | None = None
+        Program.started.append(self)
 
     def stderr(self) -> str:
         return self._stderr.read_text(errors="replace")
@@ -189,6 +194,16 @@ class Program:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
+
+    @classmethod
+    def end_leftovers(cls) -> None:
+        """Kill whatever the programs of the test that just ended left running, and forget them."""
+        for program in cls.started:
+            program.kill_descendants()
+            if program.process.poll() is None:
+                program.process.kill()
+            program.process.wait()
+        cls.started.clear()
 
 
 def batchmark(tmp_path: Path, args: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> Outcome:
