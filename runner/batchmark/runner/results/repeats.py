@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.report import BenchmarkResult, Estimate, RepeatedBenchmark
@@ -36,6 +35,8 @@ ENOUGH_REPEATS = 3
 
 
 def _t_quantile(count: int) -> float:
+    from scipy import stats  # noqa: PLC0415 - scipy.stats takes seconds to import; only repeats need it
+
     return float(stats.t.ppf((1 + CONFIDENCE) / 2, count - 1))
 
 
@@ -80,6 +81,8 @@ def welch_p_value(first: Sequence[float], second: Sequence[float]) -> float | No
     if np.std(first) == 0 and np.std(second) == 0:
         # No spread at all (a noiseless simulation): the means either differ or they do not.
         return 0.0 if float(np.mean(first)) != float(np.mean(second)) else 1.0
+    from scipy import stats  # noqa: PLC0415 - scipy.stats takes seconds to import; only repeats need it
+
     result = stats.ttest_ind(first, second, equal_var=False)
     p_value = float(result.pvalue)
     return None if math.isnan(p_value) else p_value
