@@ -27,6 +27,7 @@ from tests.integration.operator.conftest import (
     operator_with_only_its_rbac,
     wait_for_phase,
 )
+from tests.integration.operator.refusals import assert_never_refused
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -444,6 +445,5 @@ def test_with_exactly_its_documented_rbac_the_operator_reads_queue_positions(
         wait_for_phase(cluster, kube_namespace, "behind", {"Succeeded"}, timeout_seconds=180)
         restricted.assert_alive()
         log = restricted.log_path.read_text(errors="replace")
-        assert "Forbidden" not in log
-        assert " 403" not in log
+        assert_never_refused(log)
         assert "queue positions of LocalQueue" not in log

@@ -1,15 +1,12 @@
 """The operator needs no more than the rules of batchmark.operator.controller.rbac (the chart's ClusterRole is
 written from them): run it as a ServiceAccount bound to exactly those, and a benchmark still goes all the way.
 
-The operator watches every namespace, so its log also holds refusals that are no one's privileges: the API
-server answers 403 to anything created in a namespace that an earlier test is still deleting. Only a refusal by
-the authorizer (RBAC) fails the test; a namespace being terminated is told apart by its cause; any other 403
-still fails it, as one no one explained.
+The operator watches every namespace, so its log also holds refusals that are no one's privileges
+(tests/integration/operator/refusals.py tells them apart).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -25,33 +22,14 @@ from tests.integration.operator.conftest import (
     operator_with_only_its_rbac,
     wait_for_phase,
 )
+from tests.integration.operator.refusals import (
+    assert_never_refused,
+    refusals,
+    refused_by_rbac,
+    refused_for_a_terminating_namespace,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
-
-# Each record of the operator's log starts with its time stamp; a traceback or an API server's answer
-# (kubernetes.client prints the reason, the headers and the body on lines of their own) belongs to the one above.
-_RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", re.MULTILINE)
-# The authorizer's refusal, in the Status message however it is quoted: 'User "system:serviceaccount:ns:sa"
-# cannot create resource "jobs" in API group "batch" in the namespace "ns"' (or '... cannot get path "/x"').
-_REFUSED_BY_RBAC = re.compile(r"\bcannot [a-z]+ (?:resource|path) ")
-# The NamespaceLifecycle admission plugin's refusal: 'unable to create new content in namespace ns because it is
-# being terminated', with the cause NamespaceTerminating.
-_NAMESPACE_TERMINATING = ("NamespaceTerminating", "because it is being terminated")
-
-
-def refusals(log: str) -> list[str]:
-    """The log's records that tell of a 403 Forbidden."""
-    starts = [match.start() for match in _RECORD_START.finditer(log)]
-    records = [log[start:end] for start, end in zip([0, *starts], [*starts, len(log)], strict=True)]
-    return [record for record in records if "Forbidden" in record or " 403" in record or "(403)" in record]
-
-
-def refused_by_rbac(record: str) -> bool:
-    return _REFUSED_BY_RBAC.search(record) is not None
-
-
-def refused_for_a_terminating_namespace(record: str) -> bool:
-    return not refused_by_rbac(record) and any(cause in record for cause in _NAMESPACE_TERMINATING)
 
 
 def test_the_operator_runs_with_exactly_its_documented_rbac(
@@ -66,12 +44,7 @@ def test_the_operator_runs_with_exactly_its_documented_rbac(
         assert found["status"]["phase"] == "Succeeded", found["status"]
         assert found["status"]["results"]
         restricted.assert_alive()
-        log = restricted.log_path.read_text(errors="replace")
-        refused = refusals(log)
-        by_rbac = [record for record in refused if refused_by_rbac(record)]
-        assert not by_rbac, "refused by RBAC:\n" + "\n".join(by_rbac)[-3000:]
-        unexplained = [record for record in refused if not refused_for_a_terminating_namespace(record)]
-        assert not unexplained, "refused, and not for a namespace being terminated:\n" + "\n".join(unexplained)[-3000:]
+        assert_never_refused(restricted.log_path.read_text(errors="replace"))
 
         # The classifier on the API server's own refusal, as the operator would log it: the same account may
         # not read Secrets, and that answer is RBAC's.
