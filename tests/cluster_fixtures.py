@@ -62,9 +62,11 @@ def built_image(target: str) -> Path:
 
 
 def load_project_image(cluster: KubeCluster, target: str) -> str:
-    """Build `target` (operator or runner) and put it on every node of `cluster`, also under the names the
-    chart and the operator use by default (images.default_names), so that no test needs to name it; its tag."""
-    cluster.load_images([built_image(target)], {images.TAGS[target]: images.default_names(target)})
+    """Build `target` (operator or runner) and put it on the nodes of `cluster`, also under the names the
+    chart and the operator use by default (images.default_names), so that no test needs to name it; its tag.
+    The operator's image goes to the untainted nodes alone: its Deployment tolerates no taint."""
+    names = {images.TAGS[target]: images.default_names(target)}
+    cluster.load_images([built_image(target)], names, untainted_only=target == "operator")
     return images.TAGS[target]
 
 

@@ -567,13 +567,18 @@ class ControlPlane:
                 return False
         return True
 
-    def load_images(self, archives: Sequence[Path], names: dict[str, Sequence[str]] | None = None) -> None:
+    def load_images(
+        self, archives: Sequence[Path], names: dict[str, Sequence[str]] | None = None, untainted_only: bool = False
+    ) -> None:
         """Put images on every node (containers runtime): archives as `podman save` writes them, and further
-        names for an imported image (e.g. the name a manifest uses for it)."""
+        names for an imported image (e.g. the name a manifest uses for it). `untainted_only`: on the nodes
+        without taints alone, for an image only pods without tolerations run (the operator's): importing a
+        900 MB image costs a node's containerd some 20 s of CPU."""
         if self.runtime != "containers":
             raise ClusterError("images are loaded onto nodes of the containers runtime only")
         for node in self._kubelet_nodes:
-            node.import_images(archives, names)
+            if not (untainted_only and node.taints):
+                node.import_images(archives, names)
 
     def api_client(self) -> ApiClient:
         """A client of the official `kubernetes` package, authenticated as the admin."""
@@ -690,13 +695,15 @@ def _command_up(arguments: argparse.Namespace) -> int:
 
 
 def _load_project_images(control_plane: ControlPlane) -> None:
-    """Build the project's two images (seconds when the tree is unchanged) and put them on every node, also
-    under the names the chart and the operator use by default."""
+    """Build the project's two images (seconds when the tree is unchanged) and put them on the nodes, also
+    under the names the chart and the operator use by default: the runner on every node, the operator on the
+    nodes its Deployment (no tolerations) can run on."""
     from devtools.cluster import images
 
     for target in ("runner", "operator"):
         archive = images.built_archive(target)
-        control_plane.load_images([archive], {images.TAGS[target]: images.default_names(target)})
+        names = {images.TAGS[target]: images.default_names(target)}
+        control_plane.load_images([archive], names, untainted_only=target == "operator")
 
 
 def _command_down(arguments: argparse.Namespace) -> int:
