@@ -7,11 +7,15 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from batchmark.runner.series import REQUESTS
+from tests.integration.observability.servers import free_port
 from tests.integration.runner.harness import Program, assert_clean, assert_outputs, children, cmdline
 from tests.integration.vllm.conftest import VllmSetup, vllm_env
 
@@ -31,13 +35,44 @@ def config(setup: VllmSetup, tmp_path: Path, outputs: list[Path], **backend: obj
     return path
 
 
+# Two batches of max_concurrency: the run is killed with requests done and requests in flight.
+SEVERAL_BATCHES = 32
+
+
+def started_with_metrics(setup: VllmSetup, tmp_path: Path, config_path: Path) -> tuple[Program, int]:
+    """The run, serving its live metrics on a port of its own (the tests read how many requests completed)."""
+    port = free_port()
+    arguments = ["run", "--quiet", "--config", str(config_path), "--metrics-address", "127.0.0.1"]
+    return Program(tmp_path, [*arguments, "--metrics-port", str(port)], vllm_env(), setup.python), port
+
+
+def completed_requests(port: int) -> float:
+    """Requests the run counted as completed so far, from its metrics endpoint (0 while it is not serving)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0.0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == REQUESTS.sample("_total") and sample.labels.get("outcome") == "success"
+    )
+
+
+def wait_for_several_batches(program: Program, port: int) -> None:
+    """Until several batches completed on the CPU: a condition, not a time, so a busy machine only waits longer."""
+    program.wait_until(lambda: completed_requests(port) >= SEVERAL_BATCHES, f"{SEVERAL_BATCHES} requests done", 240)
+
+
 def test_the_real_engine_dying_mid_run_keeps_what_completed(vllm_setup: VllmSetup, tmp_path: Path) -> None:
     outputs = [tmp_path / "r.json", tmp_path / "r.html", tmp_path / "r.csv"]
     path = config(vllm_setup, tmp_path, outputs)
-    program = Program(tmp_path, ["run", "--quiet", "--config", str(path)], vllm_env(), vllm_setup.python)
+    program, port = started_with_metrics(vllm_setup, tmp_path, path)
     program.wait_for("benchmark 1", timeout=240)
     worker = program.worker()
-    time.sleep(20.0)  # several batches complete on the CPU, even a busy one
+    wait_for_several_batches(program, port)
     os.kill(worker, signal.SIGKILL)  # as the kernel's out-of-memory killer ends a process
     outcome = program.finish(timeout=120)
     assert outcome.code == 3, outcome.stderr
@@ -72,10 +107,10 @@ def test_the_engine_core_dying_mid_run_ends_the_run_with_what_completed(
     in ``LLM.generate`` (batch dispatch) as in ``llm_engine.step`` (continuous)."""
     outputs = [tmp_path / "r.json"]
     path = config(vllm_setup, tmp_path, outputs, dispatch=dispatch)
-    program = Program(tmp_path, ["run", "--quiet", "--config", str(path)], vllm_env(), vllm_setup.python)
+    program, port = started_with_metrics(vllm_setup, tmp_path, path)
     program.wait_for("benchmark 1", timeout=240)
     core = engine_core_of(program)
-    time.sleep(20.0)  # several batches complete on the CPU, even a busy one
+    wait_for_several_batches(program, port)
     os.kill(core, signal.SIGKILL)
     killed = time.monotonic()
     outcome = program.finish(timeout=120)
