@@ -3,9 +3,10 @@ no network: the Debian base and the wheelhouse come from scripts/setup/images.sh
 the containers runtime's nodes import.
 
 podman keeps the layers, so a build after an unchanged tree takes seconds; a saved archive is kept per image
-ID under ~/.cache/batchmark/images/archives (BATCHMARK_IMAGES_CACHE moves the root), the previous one of the
-same image removed. Builds and saves hold a lock (one file in that root): test sessions or pytest-xdist workers
-that need an image at the same time build it one after the other (the later one from podman's layers, in
+ID under ~/.cache/batchmark/images/archives (BATCHMARK_IMAGES_CACHE moves the root), the earlier ones of the
+same image removed once no session has asked for them for an hour (two clones on one machine build different
+images under the same tag). Builds and saves hold a lock (one file in that root): test sessions or pytest-xdist
+workers that need an image at the same time build it one after the other (the later one from podman's layers, in
 seconds), and `built_archive` holds it from the build to the saved archive, so that the tag it saves is the
 one it built.
 """
@@ -17,12 +18,15 @@ import fcntl
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+# How long an archive no session has asked for stays beside the newest of its image.
+ARCHIVE_KEPT_SECONDS = 3600
 TAGS = {"operator": "localhost/batchmark-operator:test", "runner": "localhost/batchmark-runner:test"}
 
 
@@ -155,7 +159,10 @@ def _saved_archive(tag: str) -> Path:
             partial.unlink(missing_ok=True)
             raise ImageBuildError(f"podman save {tag} failed: {saved.stderr.strip()}")
         partial.replace(archive)
-        for older in folder.glob(f"{stem}-*.tar"):
-            if older != archive:
-                older.unlink(missing_ok=True)
+    # Its time is its last use: an archive another clone's session saved may still be on its way into that
+    # session's nodes (a removal mid-import failed it with "no such file"); one unused for an hour is not.
+    os.utime(archive)
+    for older in folder.glob(f"{stem}-*.tar"):
+        if older != archive and time.time() - older.stat().st_mtime > ARCHIVE_KEPT_SECONDS:
+            older.unlink(missing_ok=True)
     return archive
