@@ -89,7 +89,7 @@ def assert_ended_at_its_bound(
     its pod's clock starts) and a little slack, with a Warning event; its Job is stopped, so its pod goes."""
     found = wait_for_phase(cluster, namespace, name, {"Failed", "Succeeded"}, BOUND + SLACK + 30)
     took = time.monotonic() - applied
-    status = found["status"]
+    status: dict[str, Any] = found["status"]
     assert (status["phase"], status["reason"] in reasons) == ("Failed", True), status
     assert took <= BOUND + SLACK + 5, f"ended {took:.1f} s after it was applied, its bound is {BOUND} s"
     assert status["message"].startswith(f"not started within spec.timeouts.{timeout} ({BOUND} s): "), status

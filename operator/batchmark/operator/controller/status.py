@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 from batchmark.operator.controller.kueue import QUEUE_NAME_LABEL, WorkloadView
 from batchmark.operator.controller.positions import QueuePosition
-from batchmark.operator.controller.stalls import CONTAINER_WAITING_REASONS, IMAGE_WAITING_REASONS, parse_time, stall
+from batchmark.operator.controller.stalls import (
+    CONTAINER_WAITING_REASONS,
+    IMAGE_WAITING_REASONS,
+    Stall,
+    parse_time,
+    stall,
+)
 from batchmark.operator.resource.api import Condition, StartBounds
 from batchmark.operator.resource.status import FINISHED_PHASES, ConditionType, Phase, Reason
 from batchmark.runner.contract import EXIT_USAGE
@@ -224,20 +230,18 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
     when = timestamp or now()
     pod = _current_pod(observation.pods)
     job = observation.job
-    stuck = stall(job, pod, observation.bounds) if job is not None and observation.bounds is not None else None
     deadline, stalled, starting = None, False, False
     if previous in FINISHED_PHASES:
         phase = Phase(previous)
         reason, message = stored.get("reason") or phase, stored.get("message") or ""
     else:
+        # The current attempt's own phase first (a retry's pod may be back at Scheduling), then its start bound.
         attempt_phase, reason, message = _phase(observation, pod)
-        at = parse_time(when)
-        bounded = attempt_phase not in FINISHED_PHASES and attempt_phase != Phase.QUEUED and not observation.cancel
-        if stuck is not None and bounded:
-            if at is not None and stuck.passed(at):
-                attempt_phase, reason, message, stalled = Phase.FAILED, stuck.reason, stuck.failure_message(), True
-            else:
-                deadline = stuck.deadline
+        stuck = _stall(observation, pod, attempt_phase)
+        if stuck is not None and stuck.passed(parse_time(when) or datetime.datetime.now(datetime.UTC)):
+            attempt_phase, reason, message, stalled = Phase.FAILED, stuck.reason, stuck.failure_message(), True
+        elif stuck is not None:
+            deadline = stuck.deadline
         starting = attempt_phase == Phase.SCHEDULING
         phase, reason, message = _never_backwards(previous, attempt_phase, reason, message, observation)
     warning = phase == Phase.FAILED or reason in _WARNING_REASONS
@@ -273,6 +277,17 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
     return StatusUpdate(
         fields, phase, reason, message, previous, warning, deadline=deadline, stalled=stalled, starting=starting
     )
+
+
+def _stall(observation: Observation, pod: PodView | None, attempt_phase: Phase) -> Stall | None:
+    """What keeps the current pod from starting, with its bound: only while the attempt waits to run (not
+    queued in Kueue, not finished, not being cancelled) and where the benchmark has bounds."""
+    job, bounds = observation.job, observation.bounds
+    if job is None or bounds is None or observation.cancel:
+        return None
+    if attempt_phase in FINISHED_PHASES or attempt_phase == Phase.QUEUED:
+        return None
+    return stall(job, pod, bounds)
 
 
 # The order of the phases (the documented state machine): Pending -> (Queued) -> Scheduling -> LoadingEngine ->
