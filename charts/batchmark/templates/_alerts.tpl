@@ -48,10 +48,12 @@ groups:
             BatchBenchmark {{`{{ $labels.name }}`}} in namespace {{`{{ $labels.namespace }}`}} failed with reason
             {{`{{ $labels.reason }}`}}. `kubectl -n {{`{{ $labels.namespace }}`}} describe bb {{`{{ $labels.name }}`}}`
             shows its Failed condition and events. The alert resolves after {{ $alerts.failedFiresFor }}.
+      # On the benchmark's current pod, not its phase: a retry's pod that waits keeps the phase the benchmark had
+      # reached (Running, reason Retrying), and must alert as the first pod does.
       - alert: BatchBenchmarkStuckScheduling
         expr: >-
           max by (job, namespace, name)
-          (batchmark_operator_benchmark_phase{job="{{ $job }}", phase="Scheduling"}) == 1
+          (batchmark_operator_benchmark_starting{job="{{ $job }}"}) == 1
         for: {{ $alerts.schedulingFor }}
         labels:
           severity: warning
@@ -62,8 +64,9 @@ groups:
           summary: BatchBenchmark {{`{{ $labels.namespace }}/{{ $labels.name }}`}} has waited in Scheduling for {{ $alerts.schedulingFor }}.
           description: >-
             BatchBenchmark {{`{{ $labels.name }}`}} in namespace {{`{{ $labels.namespace }}`}} has stayed in
-            phase Scheduling for {{ $alerts.schedulingFor }}, most often because no node has enough free GPUs.
-            Its Scheduled condition carries the scheduler's message.
+            phase Scheduling (or, retrying, its new pod has waited to start) for {{ $alerts.schedulingFor }}, most
+            often because no node has enough free GPUs. Its status message says why, in the scheduler's or the
+            kubelet's words; the chart's benchmarkDefaults.timeouts (or its spec.timeouts) end it.
       - alert: BatchmarkOperatorDown
         expr: absent(up{job="{{ $job }}"} == 1)
         for: {{ $alerts.operatorDownFor }}

@@ -74,6 +74,7 @@ app.kubernetes.io/component: operator
 {{- if $d.modelCache.claimName }}{{ $_ := set $out "modelCache" (dict "claimName" $d.modelCache.claimName "mountPath" $d.modelCache.mountPath) }}{{ end }}
 {{- if $d.hfTokenSecret.name }}{{ $_ := set $out "hfTokenSecret" (dict "name" $d.hfTokenSecret.name "key" $d.hfTokenSecret.key) }}{{ end }}
 {{- with $d.queueName }}{{ $_ := set $out "queueName" . }}{{ end }}
+{{- with $d.timeouts }}{{ $_ := set $out "timeouts" (dict "pending" .pending "imagePull" .imagePull "containerCreate" .containerCreate) }}{{ end }}
 {{- /* Every ID written, a null one as null (helm drops a key set to null: `index` gives nil) and 0 as 0. */}}
 {{- $ids := $d.securityContext | default dict }}
 {{- $_ := set $out "securityContext" (dict "runAsUser" (index $ids "runAsUser") "runAsGroup" (index $ids "runAsGroup") "fsGroup" (index $ids "fsGroup")) }}

@@ -404,6 +404,14 @@ BENCHMARK_PHASE: Final = Series(
     (*BENCHMARK_LABELS, "phase"),
     "operator",
 )
+BENCHMARK_STARTING: Final = Series(
+    "batchmark_operator_benchmark_starting",
+    "gauge",
+    "1 while a BatchBenchmark's current pod waits to start (phase Scheduling, or a retry's pod under reason"
+    " Retrying); the series is gone once it starts or the benchmark ends.",
+    BENCHMARK_LABELS,
+    "operator",
+)
 BENCHMARK_FAILURE: Final = Series(
     "batchmark_operator_benchmark_failure_timestamp_seconds",
     "gauge",
@@ -441,6 +449,7 @@ OPERATOR_SERIES: Final = (
     RECONCILE_DURATION,
     BENCHMARKS,
     BENCHMARK_PHASE,
+    BENCHMARK_STARTING,
     BENCHMARK_FAILURE,
     *OPERATOR_RESULT_SERIES,
 )

@@ -193,6 +193,7 @@ def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
         "image": "batchmark-runner:0.1.0",
         "imagePullPolicy": "IfNotPresent",
         "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+        "timeouts": {"pending": 3600, "imagePull": 900, "containerCreate": 900},
     }
     custom = defaults_file(render([VALUES / "custom-images.yaml"]))
     OperatorDefaults.model_validate(custom)  # what the operator reads with --defaults (unknown keys refused)
@@ -209,6 +210,7 @@ def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
         "hfTokenSecret": {"name": "hf-token", "key": "HF_TOKEN"},
         "queueName": "gpu-queue",
         "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+        "timeouts": {"pending": 600, "imagePull": 1800, "containerCreate": 120},
     }
 
 
@@ -358,6 +360,11 @@ BAD_VALUES = [
     (["benchmarkDefaults.imagePullSecrets=oops"], "benchmarkDefaults/imagePullSecrets"),
     (["benchmarkDefaults.resources.limits.memory=lots"], "benchmarkDefaults/resources/limits/memory"),
     (["alerts.schedulingFor=30 minutes"], "alerts/schedulingFor"),
+    (["benchmarkDefaults.timeouts.pending=0"], "benchmarkDefaults/timeouts/pending"),
+    (["benchmarkDefaults.timeouts.imagePull=10m"], "benchmarkDefaults/timeouts/imagePull"),
+    (["benchmarkDefaults.timeouts.containerCreate=null"], "missing property 'containerCreate'"),
+    (["benchmarkDefaults.timeouts.pending=604801"], "benchmarkDefaults/timeouts/pending"),
+    (["benchmarkDefaults.timeouts.queued=5"], "queued"),
     (["alerts.reconcileErrorRatio=2"], "alerts/reconcileErrorRatio"),
     (["crd.install=yes"], "crd/install"),
     (["monitoring.podMonitor.enable=true"], "enable"),

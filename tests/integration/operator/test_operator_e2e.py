@@ -92,7 +92,13 @@ def test_lifecycle_columns_wait_events_and_results(
     assert status["jobName"] == "simulated-throughput"
     assert status["engine"]["simulated"] is True
     conditions = {condition["type"]: condition["status"] for condition in status["conditions"]}
-    assert conditions == {"Scheduled": "True", "EngineLoaded": "True", "Complete": "True", "Failed": "False"}
+    assert conditions == {
+        "Scheduled": "True",
+        "EngineLoaded": "True",
+        "Complete": "True",
+        "Failed": "False",
+        "Retrying": "False",
+    }
 
     # status.results are the full report's figures, compacted.
     report = results_report(cluster, kube_namespace, "simulated-throughput")

@@ -72,6 +72,7 @@ def test_the_lifecycle_pending_scheduling_loading_running_succeeded() -> None:
         "EngineLoaded": "True",
         "Complete": "True",
         "Failed": "False",
+        "Retrying": "False",
     }
     assert done.fields["attempts"] == 1
     assert done.fields["completionTime"]
@@ -109,6 +110,7 @@ def test_an_image_the_node_cannot_get_waits_in_scheduling_with_a_warning(reason:
         "EngineLoaded": "False",
         "Complete": "False",
         "Failed": "False",
+        "Retrying": "False",
     }
 
 
@@ -228,13 +230,20 @@ def test_the_words_of_the_status_keep_their_values() -> None:
         "EngineLoaded",
         "Complete",
         "Failed",
+        "Retrying",
         "Admitted",
         "Preempted",
     ]
     assert {str(reason) for reason in Reason} >= {
         "Created",
         "Retrying",
+        "NotRetrying",
+        "PodFailed",
+        "PodNotCreated",
         "Unschedulable",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "CreateContainerConfigError",
         "InvalidConfig",
         "KueueNotInstalled",
         "LocalQueueNotFound",

@@ -16,6 +16,8 @@ it decides is here, in plain classes that the unit tests drive directly, without
   without waiting for every pod and runner update queued before it.
 - ``QueuePositionPoller``: queue positions change with no event on a benchmark (another one was admitted): one
   task polls them (``positions``) and refreshes only the benchmarks whose position moved, at a bounded rate.
+- ``DeadlinePoller`` (``deadlines``): a pod that waits to start may see no event at all; each benchmark's start
+  bound is a time at which it is refreshed anyway, so that the bound ends it.
 - ``SeenSignatures``: what the status last read of each object, so that events that change none of it cost
   nothing.
 - ``Dispatch``: the routing of each kind of event to the above and to the Reconciler; it points the Reconciler
@@ -35,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from batchmark.operator.controller import kueue
+from batchmark.operator.controller.deadlines import DeadlinePoller, Deadlines
 from batchmark.operator.controller.kube import ForeignChild
 from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.operator.controller.positions import QueuePositions
@@ -93,6 +96,7 @@ class Reconciles(Protocol):
     positions: QueuePositions
     api_children: ApiChildren
     children: Children
+    deadlines: Deadlines
 
     def ensure(self, body: Mapping[str, Any]) -> None: ...
 
@@ -236,6 +240,7 @@ class Dispatch:
         self.seen = SeenSignatures()
         self._refresher: Refresher | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._deadline_poller: asyncio.Task[None] | None = None
 
     @property
     def refresher(self) -> Refresher:
@@ -252,13 +257,16 @@ class Dispatch:
         self._refresher = Refresher(self.reconciler.refresh, self.reconciler.metrics, self.threads.refreshes)
         poller = QueuePositionPoller(self.reconciler.positions.poll, self.threads.refreshes, self.refresher.soon)
         self._poller = asyncio.get_running_loop().create_task(poller.run())
+        deadlines = DeadlinePoller(self.reconciler.deadlines, self.refresher.soon)
+        self._deadline_poller = asyncio.get_running_loop().create_task(deadlines.run())
 
     async def stop(self) -> None:
         self.threads.stop()
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
+        tasks = [task for task in (self._poller, self._deadline_poller) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._poller = self._deadline_poller = None
 
     def ensure(self, body: Mapping[str, Any]) -> None:
         timed(self.reconciler.metrics, lambda: self.reconciler.ensure(body))

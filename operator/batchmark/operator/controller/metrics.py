@@ -50,9 +50,11 @@ class OperatorMetrics:
         self.benchmarks = series.gauge(series.BENCHMARKS, self.registry)
         self.phase = series.gauge(series.BENCHMARK_PHASE, self.registry)
         self.failed_at = series.gauge(series.BENCHMARK_FAILURE, self.registry)
+        self.starting = series.gauge(series.BENCHMARK_STARTING, self.registry)
         self.results = {declared: series.gauge(declared, self.registry) for declared in RESULT_FIELDS}
         self._lock = threading.Lock()
         self._phases: dict[tuple[str, str], str] = {}
+        self._starting: set[tuple[str, str]] = set()
         self._failures: dict[tuple[str, str], str] = {}
         self._series: dict[tuple[str, str], list[tuple[str, ...]]] = {}
         for phase in Phase:
@@ -82,6 +84,18 @@ class OperatorMetrics:
                 counts[current] = counts.get(current, 0) + 1
             for each, count in counts.items():
                 self.benchmarks.labels(each).set(count)
+
+    def set_starting(self, namespace: str, name: str, starting: bool) -> None:
+        """Whether the benchmark's current pod waits to start: the stuck-scheduling alert's series, which sees a
+        retry's pod too, whose benchmark keeps the phase it had reached (Running)."""
+        with self._lock:
+            key = (namespace, name)
+            if starting:
+                self._starting.add(key)
+                self.starting.labels(namespace, name).set(1)
+            elif key in self._starting:
+                self._starting.discard(key)
+                self.starting.remove(namespace, name)
 
     def set_failure(self, namespace: str, name: str, reason: str, completion_time: str) -> None:
         """The benchmark failed at ``completion_time`` (RFC 3339): the same time after an operator restart, so an
@@ -132,6 +146,7 @@ class OperatorMetrics:
     def forget(self, namespace: str, name: str) -> None:
         """The resource is gone: its series go too."""
         self.set_phase(namespace, name, None)
+        self.set_starting(namespace, name, False)
         with self._lock:
             self._drop(namespace, name)
             reason = self._failures.pop((namespace, name), None)

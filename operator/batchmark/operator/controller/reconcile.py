@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from batchmark.operator.controller import children, kueue
+from batchmark.operator.controller.deadlines import Deadlines
 from batchmark.operator.controller.kube import Kube, KueueApi
 from batchmark.operator.controller.kueue import WorkloadView
 from batchmark.operator.controller.metrics import OperatorMetrics
@@ -29,7 +30,7 @@ from batchmark.operator.controller.positions import QueuePosition, QueuePosition
 from batchmark.operator.controller.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.controller.watched import ApiChildren, Children
 from batchmark.operator.controller.workers import ControllerThreads
-from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults, StartBounds, StartTimeouts
 from batchmark.operator.resource.status import FINISHED_PHASES, Phase, Reason
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
 from batchmark.runner.statusfields import headline, parse_summary
@@ -66,6 +67,8 @@ class Reconciler:
         self.positions = QueuePositions(self.kueue.pending_workloads)
         self.defaults = defaults or OperatorDefaults()
         self.metrics = metrics or OperatorMetrics()
+        # Each benchmark's next start bound, for the dispatch's clock to refresh it then (deadlines.py).
+        self.deadlines = Deadlines()
 
     def ensure(self, body: Mapping[str, Any]) -> None:
         metadata = body["metadata"]
@@ -162,7 +165,8 @@ class Reconciler:
             pods = [pod for pod in pods if job is not None and pod.owner_uid == job.uid]
             queued = job is not None and job.queued
             workload = self.children.workload(namespace, job.uid) if job and queued and job.uid else None
-            cancel = bool((body.get("spec") or {}).get("cancel"))
+            spec = body.get("spec") or {}
+            cancel = bool(spec.get("cancel"))
             if cancel and workload is not None and workload.active:
                 self.kueue.deactivate(namespace, workload.name)
             position = self._position(namespace, name, job, workload, cancel)
@@ -177,8 +181,12 @@ class Reconciler:
                 queued=queued,
                 workload=workload,
                 position=position,
+                bounds=self._bounds(spec),
             )
             update = build_status(observation)
+            if update.stalled and job is not None:
+                # Before the status says Failed: a pod that got a node after all must not run for nothing.
+                self._stop(namespace, name, job, workload)
             fields = {**update.fields, **(extra or {})}
             check_status_writes("operator", fields, OPERATOR_STATUS_FIELDS)
             if update.phase in FINISHED_PHASES and not stored.get("results"):
@@ -191,6 +199,8 @@ class Reconciler:
             self._announce(body, update)
             self._announce_preemption(body, stored, fields)
             self.metrics.set_phase(namespace, name, update.phase)
+            self.metrics.set_starting(namespace, name, update.starting)
+            self.deadlines.set(namespace, name, update.deadline)
             completion_time = fields.get("completionTime") or stored.get("completionTime")
             if update.phase == Phase.FAILED and completion_time:
                 self.metrics.set_failure(namespace, name, update.reason, completion_time)
@@ -198,6 +208,24 @@ class Reconciler:
             if update.phase == Phase.SUCCEEDED or (update.phase in FINISHED_PHASES and results):
                 self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])
             return update
+
+    def _bounds(self, spec: Mapping[str, Any]) -> StartBounds:
+        """The benchmark's start bounds: its spec.timeouts over the defaults. A spec.timeouts the API server's
+        schema let through but the model refuses was refused by name at creation (InvalidConfig): the
+        defaults bound it meanwhile."""
+        try:
+            given = StartTimeouts.model_validate(spec.get("timeouts") or {})
+        except ValidationError:
+            given = None
+        return self.defaults.bounds(given)
+
+    def _stop(self, namespace: str, name: str, job: JobView, workload: WorkloadView | None) -> None:
+        """Stop the Job of a benchmark that a start bound ended, as a cancel does: through Kueue when Kueue
+        manages it (it would resume a Job suspended under an admitted Workload), else by suspending it."""
+        if job.queued and workload is not None:
+            self.kueue.deactivate(namespace, workload.name)
+        elif not job.suspended:
+            self.kube.suspend_job(namespace, name)
 
     def _position(
         self, namespace: str, name: str, job: JobView | None, workload: WorkloadView | None, cancel: bool
@@ -224,6 +252,7 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         self.metrics.forget(namespace, name)
         self.positions.forget(namespace, name)
+        self.deadlines.forget(namespace, name)
         self.threads.locks.forget(namespace, name)
 
     def _announce(self, body: Mapping[str, Any], update: StatusUpdate) -> None:

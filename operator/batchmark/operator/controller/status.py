@@ -17,19 +17,32 @@ from typing import Any, Literal
 
 from batchmark.operator.controller.kueue import QUEUE_NAME_LABEL, WorkloadView
 from batchmark.operator.controller.positions import QueuePosition
-from batchmark.operator.resource.api import Condition
+from batchmark.operator.controller.stalls import (
+    CONTAINER_WAITING_REASONS,
+    IMAGE_WAITING_REASONS,
+    Stall,
+    parse_time,
+    stall,
+)
+from batchmark.operator.resource.api import Condition, StartBounds
 from batchmark.operator.resource.status import FINISHED_PHASES, ConditionType, Phase, Reason
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.statusfields import parse_summary
 
 RUNNER_CONTAINER = "runner"
-CONDITION_TYPES = (ConditionType.SCHEDULED, ConditionType.ENGINE_LOADED, ConditionType.COMPLETE, ConditionType.FAILED)
+CONDITION_TYPES = (
+    ConditionType.SCHEDULED,
+    ConditionType.ENGINE_LOADED,
+    ConditionType.COMPLETE,
+    ConditionType.FAILED,
+    ConditionType.RETRYING,
+)
 # Only on a benchmark queued through Kueue (spec.queueName).
 QUEUE_CONDITION_TYPES = (ConditionType.ADMITTED, ConditionType.PREEMPTED)
 _MESSAGE_LIMIT = 1024
 _PREEMPTIONS_KEPT = 20  # the status schema's bound
-# A kubelet's waiting reasons for an image it cannot get (ErrImageNeverPull: absent, and imagePullPolicy Never).
-_IMAGE_WAITING_REASONS = (Reason.IMAGE_PULL_BACK_OFF, Reason.ERR_IMAGE_PULL, Reason.ERR_IMAGE_NEVER_PULL)
+# Reasons worth a Warning event while the benchmark has not ended: a pod that waits for what may never come.
+_WARNING_REASONS = (Reason.UNSCHEDULABLE, Reason.RETRYING, *IMAGE_WAITING_REASONS, *CONTAINER_WAITING_REASONS)
 
 
 def controller_uid(metadata: Mapping[str, Any]) -> str | None:
@@ -49,6 +62,7 @@ class PodView:
     phase: str
     node_name: str | None = None
     scheduled: bool | None = None  # PodScheduled condition; None: not reported yet
+    scheduled_at: str | None = None  # when it was bound to its node (PodScheduled's lastTransitionTime)
     unschedulable_message: str | None = None
     waiting_reason: str | None = None  # the runner container's, e.g. ImagePullBackOff
     waiting_message: str | None = None
@@ -64,10 +78,13 @@ class PodView:
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
         scheduled: bool | None = None
+        scheduled_at: str | None = None
         unschedulable: str | None = None
         for condition in status.get("conditions") or []:
             if condition.get("type") == "PodScheduled":
                 scheduled = condition.get("status") == "True"
+                if scheduled:
+                    scheduled_at = str(condition.get("lastTransitionTime") or "") or None
                 if not scheduled and condition.get("reason") == "Unschedulable":
                     unschedulable = condition.get("message") or "no node fits the pod"
         view = cls(
@@ -76,6 +93,7 @@ class PodView:
             phase=status.get("phase") or "Pending",
             node_name=spec.get("nodeName"),
             scheduled=scheduled,
+            scheduled_at=scheduled_at,
             unschedulable_message=unschedulable,
             deleting=metadata.get("deletionTimestamp") is not None,
             owner_uid=controller_uid(metadata),
@@ -109,6 +127,8 @@ class JobView:
     succeeded: int = 0
     failed: int = 0
     suspended: bool = False
+    started: str | None = None  # status.startTime: when the Job controller last started it (reset on a resume)
+    backoff_limit: int = 0  # spec.retries
     complete: bool = False
     failed_reason: str | None = None  # DeadlineExceeded, BackoffLimitExceeded, ...
     failed_message: str | None = None
@@ -146,6 +166,8 @@ class JobView:
             succeeded=int(status.get("succeeded") or 0),
             failed=int(status.get("failed") or 0),
             suspended=bool((job.get("spec") or {}).get("suspend")),
+            started=str(status.get("startTime") or "") or None,
+            backoff_limit=int((job.get("spec") or {}).get("backoffLimit") or 0),
             complete=complete,
             failed_reason=failed_reason,
             failed_message=failed_message,
@@ -170,6 +192,8 @@ class Observation:
     queued: bool = False  # spec.queueName: the Job waits in a Kueue LocalQueue
     workload: WorkloadView | None = None  # Kueue's Workload for the Job, once it exists
     position: QueuePosition | None = None  # the Workload's place in its queue, where Kueue reports it
+    # How long its pod may take to start (spec.timeouts over the operator's defaults); None: unbounded.
+    bounds: StartBounds | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +207,12 @@ class StatusUpdate:
     previous_phase: str | None
     warning: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # When a start bound of the waiting pod passes (the status is to be built again then); None: none pending.
+    deadline: datetime.datetime | None = None
+    # A start bound ended the benchmark just now: its Job is to be stopped, or its pod would run after all.
+    stalled: bool = False
+    # The current attempt's pod waits to start (phase Scheduling, or a retry's new pod under a later phase).
+    starting: bool = False
 
     @property
     def changed_phase(self) -> bool:
@@ -199,13 +229,22 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
     previous: str | None = stored.get("phase")
     when = timestamp or now()
     pod = _current_pod(observation.pods)
+    job = observation.job
+    deadline, stalled, starting = None, False, False
     if previous in FINISHED_PHASES:
         phase = Phase(previous)
         reason, message = stored.get("reason") or phase, stored.get("message") or ""
     else:
-        phase, reason, message = _never_backwards(previous, *_phase(observation, pod), observation)
-    warning = phase == Phase.FAILED or reason in (Reason.UNSCHEDULABLE, *_IMAGE_WAITING_REASONS)
-    job = observation.job
+        # The current attempt's own phase first (a retry's pod may be back at Scheduling), then its start bound.
+        attempt_phase, reason, message = _phase(observation, pod)
+        stuck = _stall(observation, pod, attempt_phase)
+        if stuck is not None and stuck.passed(parse_time(when) or datetime.datetime.now(datetime.UTC)):
+            attempt_phase, reason, message, stalled = Phase.FAILED, stuck.reason, stuck.failure_message(), True
+        elif stuck is not None:
+            deadline = stuck.deadline
+        starting = attempt_phase == Phase.SCHEDULING
+        phase, reason, message = _never_backwards(previous, attempt_phase, reason, message, observation)
+    warning = phase == Phase.FAILED or reason in _WARNING_REASONS
     fields: dict[str, Any] = {
         "phase": phase,
         "reason": reason,
@@ -235,7 +274,20 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
             fields["nodeName"] = pod.node_name
     if phase in FINISHED_PHASES:
         fields["completionTime"] = stored.get("completionTime") or (job.completion_time if job else None) or when
-    return StatusUpdate(fields, phase, reason, message, previous, warning)
+    return StatusUpdate(
+        fields, phase, reason, message, previous, warning, deadline=deadline, stalled=stalled, starting=starting
+    )
+
+
+def _stall(observation: Observation, pod: PodView | None, attempt_phase: Phase) -> Stall | None:
+    """What keeps the current pod from starting, with its bound: only while the attempt waits to run (not
+    queued in Kueue, not finished, not being cancelled) and where the benchmark has bounds."""
+    job, bounds = observation.job, observation.bounds
+    if job is None or bounds is None or observation.cancel:
+        return None
+    if attempt_phase in FINISHED_PHASES or attempt_phase == Phase.QUEUED:
+        return None
+    return stall(job, pod, bounds)
 
 
 # The order of the phases (the documented state machine): Pending -> (Queued) -> Scheduling -> LoadingEngine ->
@@ -247,14 +299,15 @@ def _never_backwards(
     previous: str | None, phase: Phase, reason: str, message: str, observation: Observation
 ) -> tuple[Phase, str, str]:
     """The phase, unless it lies before the stored one: then the stored one, with the reason and message of
-    what happens now (a retry's pod waiting for a node says so as Retrying). The one way back is Queued: Kueue
+    what happens now: a retry's pod that waits (for a node, its image) says so as Retrying, with the kubelet's
+    reason in the message, never as a reason that contradicts the phase. The one way back is Queued: Kueue
     preempted the benchmark and it waits in its queue to run again."""
     if previous not in _ORDER or phase not in _ORDER or _ORDER[phase] >= _ORDER[Phase(previous)]:
         return phase, reason, message
     if phase == Phase.QUEUED and observation.queued:
         return phase, reason, message
-    if observation.job is not None and observation.job.failed and reason not in _IMAGE_WAITING_REASONS:
-        return Phase(previous), Reason.RETRYING, f"a pod failed; the Job runs another: {message}"
+    if observation.job is not None and observation.job.failed:
+        return Phase(previous), Reason.RETRYING, f"a pod failed; the Job runs another: {reason}: {message}"
     return Phase(previous), reason, message
 
 
@@ -345,7 +398,7 @@ def _running_phase(
         if pod.unschedulable_message:
             return Phase.SCHEDULING, Reason.UNSCHEDULABLE, pod.unschedulable_message
         return Phase.SCHEDULING, reason or Reason.SCHEDULING, message or "waiting for a node"
-    if pod.waiting_reason in (*_IMAGE_WAITING_REASONS, Reason.INVALID_IMAGE_NAME, Reason.CREATE_CONTAINER_CONFIG_ERROR):
+    if pod.waiting_reason in (*IMAGE_WAITING_REASONS, *CONTAINER_WAITING_REASONS):
         return Phase.SCHEDULING, pod.waiting_reason, pod.waiting_message or pod.waiting_reason
     if pod.phase != "Running":
         # On a node, its image pulled or its container created: not loading anything yet, and a pull that
@@ -368,18 +421,27 @@ def _running_phase(
 def _failure(job: JobView, pod: PodView | None) -> tuple[Phase, str, str]:
     if job.failed_reason == Reason.DEADLINE_EXCEEDED:
         return Phase.FAILED, Reason.DEADLINE_EXCEEDED, job.failed_message or "the benchmark ran past spec.timeout"
-    told = _runner_message(pod.termination_message) if pod is not None and pod.termination_message else ""
-    if pod is not None and pod.terminated_reason == Reason.OOM_KILLED:
-        return Phase.FAILED, Reason.OOM_KILLED, "the runner ran out of memory (raise spec.resources.limits.memory)"
-    if pod is not None and pod.exit_code == EXIT_USAGE:
-        return Phase.FAILED, Reason.INVALID_CONFIG, told or "the runner refused its configuration"
-    if pod is not None and pod.exit_code is not None and told:
-        return Phase.FAILED, Reason.ENGINE_ERROR, told
+    told = _pod_failure(pod) if pod is not None else None
+    if told is not None:
+        return Phase.FAILED, *told
     return (
         Phase.FAILED,
         job.failed_reason or Reason.BACKOFF_LIMIT_EXCEEDED,
         job.failed_message or "the benchmark's pods failed",
     )
+
+
+def _pod_failure(pod: PodView) -> tuple[str, str] | None:
+    """Why a pod's runner ended, where its end says: the kernel's OOM kill, a refused configuration, the
+    runner's own words; None where it says nothing."""
+    told = _runner_message(pod.termination_message) if pod.termination_message else ""
+    if pod.terminated_reason == Reason.OOM_KILLED:
+        return Reason.OOM_KILLED, "the runner ran out of memory (raise spec.resources.limits.memory)"
+    if pod.exit_code == EXIT_USAGE:
+        return Reason.INVALID_CONFIG, told or "the runner refused its configuration"
+    if pod.exit_code is not None and told:
+        return Reason.ENGINE_ERROR, told
+    return None
 
 
 def _runner_message(text: str) -> str:
@@ -432,6 +494,7 @@ def _conditions(
         else ("False", phase, message),
         ConditionType.FAILED: ("True", reason, message) if phase == Phase.FAILED else ("False", Reason.NOT_FAILED, ""),
     }
+    wanted[ConditionType.RETRYING] = _retrying(phase, observation)
     if observation.queued:
         wanted |= _queue_conditions(observation)
     conditions = []
@@ -449,6 +512,26 @@ def _conditions(
         )
         conditions.append(condition.model_dump(by_alias=True, exclude_none=True))
     return conditions
+
+
+def _retrying(phase: Phase, observation: Observation) -> tuple[Literal["True", "False"], str, str]:
+    """True while a pod failed and the Job runs another (spec.retries), with why the latest one failed."""
+    job = observation.job
+    if job is None or not job.failed or phase in FINISHED_PHASES:
+        return "False", Reason.NOT_RETRYING, ""
+    failed = [pod for pod in observation.pods if pod.phase == "Failed" and not pod.deleting]
+    latest = max(failed, key=lambda pod: (pod.created, pod.name)) if failed else None
+    told = _pod_failure(latest) if latest is not None else None
+    why: str
+    if latest is None:
+        why, detail = Reason.POD_FAILED, "a pod failed or was deleted"
+    elif told is None:
+        exit_code = f" (exit code {latest.exit_code})" if latest.exit_code is not None else ""
+        why, detail = Reason.POD_FAILED, f"pod {latest.name} failed{exit_code}"
+    else:
+        why, detail = told[0], f"pod {latest.name}: {told[1]}"
+    attempts = job.backoff_limit + 1
+    return "True", why, f"{job.failed} of at most {attempts} attempts failed, the Job runs another; the last: {detail}"
 
 
 def _queue_conditions(observation: Observation) -> dict[ConditionType, tuple[Literal["True", "False"], str, str]]:

@@ -155,6 +155,42 @@ class MetricsOptions(ApiModel):
     )
 
 
+# The longest start bound a spec or the defaults may give (a week): longer is no bound at all, and a bound past
+# what a date can hold would end the operator's arithmetic rather than the benchmark.
+MAX_START_TIMEOUT_SECONDS = 7 * 24 * 3600
+DEFAULT_PENDING_SECONDS = 3600
+DEFAULT_IMAGE_PULL_SECONDS = 900
+DEFAULT_CONTAINER_CREATE_SECONDS = 900
+
+
+class StartTimeouts(ApiModel):
+    """How long the benchmark's pod may take to start before the benchmark ends Failed with the kubelet's or
+    the scheduler's reason; each unset one is the operator's (the chart's benchmarkDefaults.timeouts). Time
+    queued in Kueue never counts: a queued benchmark's pod exists only once Kueue admitted it."""
+
+    pending: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_START_TIMEOUT_SECONDS,
+        description="Seconds the pod may wait for a node, from its creation (reason Unschedulable; a Job that"
+        " creates no pod: PodNotCreated, from the Job's start).",
+    )
+    image_pull: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_START_TIMEOUT_SECONDS,
+        description="Seconds from the pod's scheduling after which an image the node cannot get ends it (reason"
+        " ErrImagePull, ImagePullBackOff, ErrImageNeverPull or InvalidImageName).",
+    )
+    container_create: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_START_TIMEOUT_SECONDS,
+        description="Seconds from the pod's scheduling after which a container the kubelet cannot create ends it"
+        " (reason CreateContainerConfigError, e.g. a root image under runAsNonRoot, or CreateContainerError).",
+    )
+
+
 # --- the resource -------------------------------------------------------------------------------------------
 
 
@@ -246,6 +282,11 @@ class BatchBenchmarkSpec(ApiModel):
     timeout: int | None = Field(
         default=None, ge=1, description="Seconds the Job may run before it is stopped (activeDeadlineSeconds)."
     )
+    timeouts: StartTimeouts | None = Field(
+        default=None,
+        description="How long the pod may take to start (each unset one: the operator's default); unlike timeout,"
+        " they end a benchmark whose pod never starts, with the kubelet's reason.",
+    )
     retries: int = Field(default=0, ge=0, le=10, description="Times a failed pod is replaced (backoffLimit).")
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, description="Seconds after which the finished Job and its pod are deleted."
@@ -278,7 +319,9 @@ class BatchBenchmarkSpec(ApiModel):
 class Condition(ApiModel):
     """A condition, as Kubernetes writes them (kubectl wait --for=condition=Complete reads these)."""
 
-    type: str = Field(description="Scheduled, EngineLoaded, Complete or Failed; with Kueue also Admitted, Preempted.")
+    type: str = Field(
+        description="Scheduled, EngineLoaded, Complete, Failed or Retrying; with Kueue also Admitted, Preempted."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word saying why.")
     message: str = Field(default="", description="What a person needs to know.")
@@ -322,7 +365,9 @@ class BatchBenchmarkStatus(ApiModel):
     reason: str | None = Field(default=None, description="Why the phase is what it is, one CamelCase word.")
     message: str | None = Field(default=None, description="The reason in words.")
     conditions: list[Condition] | None = Field(
-        default=None, description="Scheduled, EngineLoaded, Complete, Failed; with Kueue also Admitted, Preempted."
+        default=None,
+        description="Scheduled, EngineLoaded, Complete, Failed, Retrying (a pod failed and the Job runs another, with"
+        " why); with Kueue also Admitted, Preempted.",
     )
     observed_generation: int | None = Field(default=None, description="The spec generation last acted on.")
     job_name: str | None = Field(default=None, description="The benchmark's Job.")
@@ -400,6 +445,26 @@ class RunnerIdentity(ApiModel):
         return {key: value for key, value in fields.items() if value is not None}
 
 
+class StartBounds(ApiModel):
+    """The operator's start bounds (every one set: every benchmark has an end), in seconds; see StartTimeouts."""
+
+    pending: int = Field(
+        default=DEFAULT_PENDING_SECONDS, ge=1, le=MAX_START_TIMEOUT_SECONDS, description="Seconds to get a node."
+    )
+    image_pull: int = Field(
+        default=DEFAULT_IMAGE_PULL_SECONDS,
+        ge=1,
+        le=MAX_START_TIMEOUT_SECONDS,
+        description="Seconds from scheduling within which an image error must clear.",
+    )
+    container_create: int = Field(
+        default=DEFAULT_CONTAINER_CREATE_SECONDS,
+        ge=1,
+        le=MAX_START_TIMEOUT_SECONDS,
+        description="Seconds from scheduling within which a container creation error must clear.",
+    )
+
+
 class OperatorDefaults(ApiModel):
     """What the operator fills in where a BatchBenchmark's spec says nothing (the chart sets these)."""
 
@@ -420,6 +485,16 @@ class OperatorDefaults(ApiModel):
     security_context: RunnerIdentity = Field(
         default_factory=RunnerIdentity, description="The IDs every benchmark pod runs as; null ones are the platform's."
     )
+
+    timeouts: StartBounds = Field(
+        default_factory=StartBounds,
+        description="How long a benchmark's pod may take to start, where its spec.timeouts says nothing.",
+    )
+
+    def bounds(self, spec_timeouts: StartTimeouts | None) -> StartBounds:
+        """The start bounds of a benchmark: its spec's, else these."""
+        given = spec_timeouts.model_dump(exclude_none=True) if spec_timeouts is not None else {}
+        return self.timeouts.model_copy(update=given)
 
     def apply(self, spec: BatchBenchmarkSpec) -> BatchBenchmarkSpec:
         """The spec with these defaults where it sets nothing."""
