@@ -287,9 +287,12 @@ def the_roles_and_bindings_it_may_create_are_the_runners(cluster: KubeCluster, o
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
         "subjects": [{"kind": "ServiceAccount", "name": scene.forged_runner, "namespace": here}],
     }
-    # The runner's own Role, which the operator holds every right of, bound to another account.
+    # Benchmark mine's runner Role, which exists and which the operator holds every right of (so that RBAC's
+    # check of `bind` lets it through to admission), bound to another account.
+    mine_runner = f"mine-runner-{scene.incarnation(scene.mine_uid)}"
     to_other = to_admin | {
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": scene.forged_runner},
+        "metadata": {"name": mine_runner, **scene.owned_by("mine", scene.mine_uid)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": mine_runner},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": here}],
     }
     foreign_config_maps: list[tuple[str, dict[str, Any]]] = [
