@@ -82,7 +82,7 @@ def forged_job(scene: Scene, labelled: bool = True, name: str | None = None, **p
     """A Job as the operator makes one (its pod as children.job writes it) for the forged owner, ``pod`` merged
     into its pod template's spec (``container_security`` into its container's securityContext); without
     ``labelled``, none of the operator's labels; named ``name`` rather than as its owner."""
-    container = {
+    container: dict[str, Any] = {
         "name": "runner",
         "image": "batchmark-runner:0.1.0",
         "command": ["batchmark", "run", "--config", "/etc/batchmark/config.yaml"],
@@ -105,7 +105,10 @@ def forged_job(scene: Scene, labelled: bool = True, name: str | None = None, **p
         else:
             spec[key] = value
     labels = {"app.kubernetes.io/name": "batchmark", "batchmark.dev/benchmark": scene.forged_name} if labelled else {}
-    metadata = {"name": name or scene.forged_name, **scene.owned_by(scene.forged_name, scene.forged_uid)}
+    metadata: dict[str, Any] = {
+        "name": name or scene.forged_name,
+        **scene.owned_by(scene.forged_name, scene.forged_uid),
+    }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -135,7 +138,7 @@ def status_naming(benchmark: str, config_map_name: str) -> Write:
     return Write({"status": {"resultsConfigMap": config_map_name}}, status_of=benchmark)
 
 
-PRIVILEGED = {"container_security": {"privileged": True, "allowPrivilegeEscalation": True}}
+PRIVILEGED: dict[str, Any] = {"container_security": {"privileged": True, "allowPrivilegeEscalation": True}}
 # fmt: off
 FORGED = [
     # The operator's token: only its benchmarks' children, as it makes them, and nowhere protected.

@@ -280,7 +280,7 @@ def the_roles_and_bindings_it_may_create_are_the_runners(cluster: KubeCluster, o
         refused = create_as(cluster, operator, here, wider)
         assert refused.returncode != 0, rule
         assert was_refused(refused), (rule, refused.stderr)
-    to_admin = {
+    to_admin: dict[str, Any] = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": named,

@@ -182,7 +182,10 @@ class StatusApi:
             created = self.core.create_namespaced_config_map(
                 target.namespace, cast(Any, {**dict(body), "metadata": unique})
             )
-        return str(created.metadata.name)
+        answered = created.metadata.name if created.metadata is not None else None
+        if not answered:
+            raise RuntimeError(f"the API server's answer to the creation of {name} names no ConfigMap")
+        return str(answered)
 
 
 def _retryable(error: BaseException) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes.client import V1ConfigMap, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
@@ -104,7 +104,8 @@ class ConfigMapsOfTakenNames:
 class NameTakenApi(RecordingApi):
     def __init__(self) -> None:
         super().__init__()
-        self.core = ConfigMapsOfTakenNames()
+        self.config_maps = ConfigMapsOfTakenNames()
+        self.core = cast(Any, self.config_maps)
 
 
 def test_a_taken_results_name_is_never_taken_for_the_runs_own() -> None:
@@ -115,7 +116,7 @@ def test_a_taken_results_name_is_never_taken_for_the_runs_own() -> None:
     writer = StatusWriter(target, api_factory=lambda: api, retry_delays=())
     report = sweep_report(2)
     writer.on_run_end(report)
-    (created,) = api.core.created
+    (created,) = api.config_maps.created
     assert created["metadata"]["generateName"] == "qwen3-abcde-results-"
     assert created["metadata"]["ownerReferences"] == [
         {"apiVersion": "batchmark.dev/v1alpha1", "kind": "BatchBenchmark", "name": "qwen3", "uid": "uid-1"}
