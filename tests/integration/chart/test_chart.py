@@ -20,7 +20,7 @@ from batchmark.operator.controller.service import load_defaults
 from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import contract_problems
-from tests.integration.chart.helm import CHART, NAMESPACE, ROOT, VALUES, find, helm, render, template_arguments
+from tests.integration.chart.helm import CHART, NAMESPACE, RELEASE, ROOT, VALUES, find, helm, render, template_arguments
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +129,39 @@ def test_the_operators_rbac_is_exactly_what_the_operator_declares() -> None:
     assert grants(cluster_role["rules"]) | grants(role["rules"]) == {
         grant for grant in declared if grant[1] != "namespaces"
     }
+
+
+def test_the_admission_policies_protect_the_system_the_release_and_the_listed_namespaces() -> None:
+    policies = {policy["metadata"]["name"]: policy for policy in find(render(), "ValidatingAdmissionPolicy")}
+    assert set(policies) == {f"{RELEASE}-operator-writes", f"{RELEASE}-runner-writes"}
+    bindings = find(render(), "ValidatingAdmissionPolicyBinding")
+    assert {(b["spec"]["policyName"], *b["spec"]["validationActions"]) for b in bindings} == {
+        (name, "Deny") for name in policies
+    }
+    (operator,) = policies[f"{RELEASE}-operator-writes"]["spec"]["matchConditions"]
+    assert operator["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{RELEASE}"'
+
+    def protected(sets: list[str]) -> list[str]:
+        (policy,) = [
+            p for p in find(render(sets=sets), "ValidatingAdmissionPolicy") if "-operator-" in p["metadata"]["name"]
+        ]
+        (expression,) = [
+            v["expression"] for v in policy["spec"]["validations"] if "request.namespace in" in v["expression"]
+        ]
+        names: list[str] = json.loads(expression.removeprefix("!(request.namespace in ").removesuffix(")"))
+        return names
+
+    assert protected([]) == ["kube-system", "kube-public", "kube-node-lease", NAMESPACE]
+    assert protected(["rbac.protectedNamespaces={team-x,kube-system}"])[-1:] == ["team-x"]
+    assert not find(render(sets=["rbac.create=false"]), "ValidatingAdmissionPolicy")
+
+
+@pytest.mark.parametrize("watched", [NAMESPACE, "kube-system", "team-x"])
+def test_a_protected_namespace_cannot_be_watched(watched: str) -> None:
+    sets = [f"operator.watchNamespaces={{team-a,{watched}}}", "rbac.protectedNamespaces={team-x}"]
+    result = helm(*template_arguments(sets=sets))
+    assert result.returncode != 0
+    assert f"operator.watchNamespaces: {watched} is protected" in result.stderr, result.stderr
 
 
 def test_edit_and_view_users_get_batchbenchmarks_through_aggregation() -> None:
@@ -369,6 +402,7 @@ BAD_VALUES = [
     (["crd.install=yes"], "crd/install"),
     (["monitoring.podMonitor.enable=true"], "enable"),
     (["dashboards.namespace=Monitoring"], "dashboards/namespace"),
+    (["rbac.protectedNamespaces={Kube_System}"], "rbac/protectedNamespaces/0"),
 ]
 
 

@@ -2,7 +2,8 @@
 container of the operator image on a real kubelet, an example BatchBenchmark runs to Succeeded with it in the
 runner image, `helm test` passes, the Operator and Batch size comparison dashboards return data from a real
 Prometheus scraping that operator at its pod's address, `helm upgrade` with other values rolls it, and
-`helm uninstall` leaves nothing behind but the CRD and the BatchBenchmarks.
+`helm uninstall` leaves nothing behind but the CRD and the BatchBenchmarks (its admission policies and their
+bindings go with it).
 
 The chart gets a control plane of its own: the session's runs an operator of the operator tests, watching every
 namespace, and two operators must never reconcile the same resources.
@@ -221,6 +222,14 @@ def runner_image_digest(cluster: ControlPlane) -> str:
 
 def test_helm_uninstall_leaves_only_the_crd_and_the_benchmarks(installed: Installed) -> None:
     cluster = installed.cluster
+    # The admission policies the benchmarks above ran under, and their bindings, are the release's too.
+    admission = "validatingadmissionpolicies,validatingadmissionpolicybindings"
+    policies = cluster.kubectl("get", admission, "-l", INSTANCE, "-o", "name").stdout.split()
+    assert sorted(policies) == sorted(
+        f"{kind}.admissionregistration.k8s.io/{RELEASE}-{name}-writes"
+        for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding")
+        for name in ("operator", "runner")
+    )
     uninstalled = cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", check=False)
     assert uninstalled.returncode == 0, uninstalled.stdout + uninstalled.stderr
     assert "kept due to the resource policy" in uninstalled.stdout + uninstalled.stderr
@@ -230,7 +239,9 @@ def test_helm_uninstall_leaves_only_the_crd_and_the_benchmarks(installed: Instal
             "get", "all,configmaps,serviceaccounts,roles,rolebindings,networkpolicies",
             "-n", NAMESPACE, "-l", INSTANCE, "-o", "name",
         ).stdout.split()  # fmt: skip
-        cluster_wide = cluster.kubectl("get", "clusterroles,clusterrolebindings", "-l", INSTANCE, "-o", "name")
+        cluster_wide = cluster.kubectl(
+            "get", f"clusterroles,clusterrolebindings,{admission}", "-l", INSTANCE, "-o", "name"
+        )
         pods = cluster.kubectl("get", "pods", "-n", NAMESPACE, "-o", "name").stdout.split()
         return not namespaced and not cluster_wide.stdout.split() and not pods
 

@@ -227,17 +227,25 @@ def operator_with_defaults(
 
 @dataclass
 class ChartRbac:
-    """The chart's RBAC (templates/rbac.yaml and serviceaccount.yaml) as helm renders and kubectl applies it."""
+    """The chart's RBAC and admission policies (templates/rbac.yaml, admission.yaml and serviceaccount.yaml) as
+    helm renders and kubectl applies them."""
 
-    service_account: str  # the operator's, in the namespace it was installed in
+    namespace: str  # the release's, the operator's ServiceAccount's
+    service_account: str
+    policy_prefix: str  # "<release>-batchmark": the policies are <prefix>-operator-writes and <prefix>-runner-writes
     cluster_scoped: list[tuple[str, str]]  # (kind, name) of what to delete afterwards
 
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
-def install_the_charts_rbac(cluster: KubeCluster, namespace: str, *sets: str) -> ChartRbac:
-    """Render the chart's RBAC (with its ValidatingAdmissionPolicy) for a release named as the namespace (its
-    cluster-wide names are then the test's own) and apply it, as `helm install` would."""
-    arguments = ["template", namespace, str(ROOT / "charts" / "batchmark"), "--namespace", namespace]
-    arguments += ["--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml"]
+
+def install_the_charts_rbac(cluster: KubeCluster, release: str, namespace: str, *sets: str) -> ChartRbac:
+    """Render the chart's RBAC (with its ValidatingAdmissionPolicies) for a release named ``release`` (its
+    cluster-wide names are then the test's own) in ``namespace``, and apply it, as `helm install` would."""
+    arguments = ["template", release, str(ROOT / "charts" / "batchmark"), "--namespace", namespace]
+    for template in ("rbac.yaml", "admission.yaml", "serviceaccount.yaml"):
+        arguments += ["--show-only", f"templates/{template}"]
     for assignment in sets:
         arguments += ["--set", assignment]
     rendered = cluster.helm(*arguments).stdout
@@ -251,18 +259,24 @@ def install_the_charts_rbac(cluster: KubeCluster, namespace: str, *sets: str) ->
         if document["kind"]
         in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     ]
-    return ChartRbac(account["metadata"]["name"], cluster_scoped)
+    (policy,) = [name for kind, name in cluster_scoped if kind == "ValidatingAdmissionPolicy" and "-operator-" in name]
+    return ChartRbac(namespace, account["metadata"]["name"], policy.removesuffix("-operator-writes"), cluster_scoped)
 
 
 @contextmanager
 def operator_with_the_charts_rbac(
     session_operator: OperatorProcess, namespace: str, directory: Path
 ) -> Iterator[tuple[OperatorProcess, ChartRbac]]:
-    """An operator running as the chart's ServiceAccount with the chart's RBAC, in place of the session's admin
-    one, which comes back afterwards."""
+    """An operator running as the chart's ServiceAccount with the chart's RBAC and admission policies, in place of
+    the session's admin one, which comes back afterwards. The chart is installed in a namespace of its own
+    (``<namespace>-operator``, deleted afterwards), as the operator's namespace is one it may create nothing in;
+    the benchmarks go into ``namespace``."""
     cluster = session_operator.cluster
-    rbac = install_the_charts_rbac(cluster, namespace)
-    token = cluster.kubectl("create", "token", rbac.service_account, "-n", namespace, "--duration=1h").stdout.strip()
+    operators = f"{namespace}-operator"
+    namespace_object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": operators}}
+    cluster.request("POST", "/api/v1/namespaces", namespace_object)
+    rbac = install_the_charts_rbac(cluster, namespace, operators)
+    token = cluster.kubectl("create", "token", rbac.service_account, "-n", operators, "--duration=1h").stdout.strip()
     kubeconfig = directory / "operator.kubeconfig"
     write_kubeconfig(kubeconfig, cluster.server, cluster.pki.ca.certificate, rbac.service_account, token=token)
     session_operator.stop()
@@ -275,6 +289,7 @@ def operator_with_the_charts_rbac(
         session_operator.start()
         for kind, name in rbac.cluster_scoped:
             cluster.kubectl("delete", kind.lower(), name, check=False)
+        cluster.request("DELETE", f"/api/v1/namespaces/{operators}")
 
 
 def wait_for_phase(

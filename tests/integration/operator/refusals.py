@@ -16,16 +16,18 @@ _RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", re.MULTILINE)
 # The authorizer's refusal, in the Status message however it is quoted: 'User "system:serviceaccount:ns:sa"
 # cannot create resource "jobs" in API group "batch" in the namespace "ns"' (or '... cannot get path "/x"').
 _REFUSED_BY_RBAC = re.compile(r"\bcannot [a-z]+ (?:resource|path) ")
+_REFUSAL_SIGNS = ("Forbidden", " 403", "(403)", "ValidatingAdmissionPolicy")
 # The NamespaceLifecycle admission plugin's refusal: 'unable to create new content in namespace ns because it is
 # being terminated', with the cause NamespaceTerminating.
 _NAMESPACE_TERMINATING = ("NamespaceTerminating", "because it is being terminated")
 
 
 def refusals(log: str) -> list[str]:
-    """The log's records that tell of a 403 Forbidden."""
+    """The log's records that tell of a 403 Forbidden, or of a write an admission policy denied (the chart's
+    ValidatingAdmissionPolicies answer 422 Invalid, "... denied request: ...")."""
     starts = [match.start() for match in _RECORD_START.finditer(log)]
     records = [log[start:end] for start, end in zip([0, *starts], [*starts, len(log)], strict=True)]
-    return [record for record in records if "Forbidden" in record or " 403" in record or "(403)" in record]
+    return [record for record in records if any(sign in record for sign in _REFUSAL_SIGNS)]
 
 
 def refused_by_rbac(record: str) -> bool:

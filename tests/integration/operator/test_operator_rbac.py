@@ -58,7 +58,8 @@ def test_the_operator_runs_with_exactly_its_documented_rbac(
 
 
 def test_a_terminating_namespace_is_told_apart_from_a_refusal_by_rbac() -> None:
-    """On the API server's answers as the operator logged them (bodies copied from such a log)."""
+    """On the API server's answers as the operator logged them (bodies copied from such a log; the admission
+    policy's as the API server words it)."""
     terminating = (
         "2026-12-04 21:58:59,970 ERROR kopf.objects: Handler 'created' failed temporarily: API server: (403)\n"
         "Reason: Forbidden\n"
@@ -76,9 +77,19 @@ def test_a_terminating_namespace_is_told_apart_from_a_refusal_by_rbac() -> None:
         'resource \\"jobs\\" in API group \\"batch\\" in the namespace \\"test-1\\"","reason":"Forbidden",'
         '"details":{"group":"batch","kind":"jobs"},"code":403}\n'
     )
+    denied = (
+        "2026-12-06 05:20:00,125 ERROR kopf.objects: Handler 'created' failed temporarily: API server: (422)\n"
+        "Reason: Unprocessable Entity\n"
+        'HTTP response body: {"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":'
+        '"jobs.batch \\"forged\\" is invalid: : ValidatingAdmissionPolicy \'t-batchmark-operator-writes\' with '
+        "binding 't-batchmark-operator-writes' denied request: a Job the operator creates mounts no hostPath\","
+        '"reason":"Invalid","code":422}\n'
+    )
     quiet = "2026-12-04 21:59:01,403 INFO kopf.objects: Handler 'created' succeeded.\n"
-    refused = refusals(quiet + terminating + quiet + rbac + quiet)
-    assert refused == [terminating, rbac]
+    refused = refusals(quiet + terminating + quiet + rbac + quiet + denied)
+    assert refused == [terminating, rbac, denied]
+    with pytest.raises(AssertionError, match="denied request"):
+        assert_never_refused(denied)
     assert refused_for_a_terminating_namespace(terminating)
     assert not refused_by_rbac(terminating)
     assert refused_by_rbac(rbac)

@@ -1,10 +1,13 @@
-"""What the operator and a benchmark's runner may do, asked of the real API server with the chart's RBAC as
-installed (helm template of templates/rbac.yaml, applied) and the runner's Role as the operator makes it.
+"""What the operator and a benchmark's runner may do, asked of the real API server with the chart's RBAC and
+admission policies as installed (helm template of templates/rbac.yaml and admission.yaml, applied) and the
+runner's Role as the operator makes it.
 
 The table below is the promise; charts/batchmark/README.md ("Privileges") shows it, and a test here checks the
-README says exactly this table. Each row is asked with `kubectl auth can-i --as=system:serviceaccount:...`
-(a SubjectAccessReview), and the Roles the operator could try to create are sent, as it, to the API server
-(`--dry-run=server`: the RBAC escalation check and the chart's ValidatingAdmissionPolicy run, nothing is stored).
+README says exactly this table, and the forged writes of forged_writes.py. Each row is asked with
+`kubectl auth can-i --as=system:serviceaccount:...` (a SubjectAccessReview); the Roles the operator could try
+to create are sent, as it, to the API server (`--dry-run=server`: the RBAC escalation check and the chart's
+ValidatingAdmissionPolicies run, nothing is stored), and so are the forged writes, with the operator's and the
+runner's own tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devtools.cluster.controlplane import write_kubeconfig
 from tests.cluster_fixtures import KubeCluster
+from tests.integration.operator import forged_writes
 from tests.integration.operator.conftest import (
     ROOT,
     OperatorProcess,
@@ -27,13 +32,14 @@ from tests.integration.operator.conftest import (
     operator_with_the_charts_rbac,
     wait_for_phase,
 )
+from tests.integration.operator.forged_writes import HERE, OPERATORS, SYSTEM, Scene
 from tests.integration.operator.refusals import assert_never_refused
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 CHART_README = ROOT / "charts" / "batchmark" / "README.md"
 # Where each row is asked: the benchmarks' namespace, one with nothing of batchmark's, and kube-system.
-HERE, ELSEWHERE, SYSTEM, EVERYWHERE = "its namespace", "another namespace", "kube-system", "all namespaces"
+ELSEWHERE, EVERYWHERE = "another namespace", "all namespaces"
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ TABLE = [
     Check("operator", "create", "serviceaccounts", HERE, True, "a benchmark's runner identity"),
     Check("operator", "create", "roles", HERE, True, "the runner's Role (no more than it holds itself)"),
     Check("operator", "create", "rolebindings", HERE, True, "the runner's RoleBinding"),
-    Check("operator", "create", "jobs.batch", HERE, True, "the benchmark's Job"),
+    Check("operator", "create", "jobs.batch", HERE, True, "the benchmark's Job (admission: as it makes them)"),
     Check("operator", "watch", "pods", EVERYWHERE, True, "the Jobs' pods (RBAC cannot narrow a watch to labels)"),
     Check("operator", "get", "configmaps/mine-config", HERE, False, "reads no ConfigMap, not even its own"),
     Check("operator", "list", "configmaps", EVERYWHERE, False, "reads no ConfigMap"),
@@ -85,7 +91,7 @@ TABLE = [
     # The runner of benchmark `mine`: its one status, and creating the ConfigMap of its report.
     Check("runner", "get", f"{BB}/mine", HERE, True, "its own status", "status"),
     Check("runner", "patch", f"{BB}/mine", HERE, True, "its progress and results", "status"),
-    Check("runner", "create", "configmaps", HERE, True, "the ConfigMap of its full report"),
+    Check("runner", "create", "configmaps", HERE, True, "the ConfigMap of its full report (admission: that one only)"),
     Check("runner", "patch", f"{BB}/other", HERE, False, "another benchmark's status", "status"),
     Check("runner", "get", f"{BB}/other", HERE, False, "another benchmark's status", "status"),
     Check("runner", "patch", f"{BB}/mine", HERE, False, "its spec"),
@@ -112,9 +118,13 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_the_charts_readme_shows_the_table() -> None:
-    assert markdown_table() in CHART_README.read_text(encoding="utf-8"), (
+def test_the_charts_readme_shows_the_tables() -> None:
+    readme = CHART_README.read_text(encoding="utf-8")
+    assert markdown_table() in readme, (
         "charts/batchmark/README.md must show the privilege table of tests/integration/operator/test_privileges.py"
+    )
+    assert forged_writes.markdown_table() in readme, (
+        "charts/batchmark/README.md must show the forged writes of tests/integration/operator/forged_writes.py"
     )
 
 
@@ -153,9 +163,9 @@ def create_as(
 
 
 def was_refused(result: subprocess.CompletedProcess[str]) -> bool:
-    """Refused by RBAC (403, its escalation check included) or by the chart's ValidatingAdmissionPolicy."""
+    """Refused by RBAC (403, its escalation check included) or by the chart's operator-writes policy."""
     said = result.stderr.lower()
-    return result.returncode != 0 and ("forbidden" in said or "operator-writes' denied request" in said)
+    return result.returncode != 0 and ("forbidden" in said or "-operator-writes' denied request" in said)
 
 
 def role(name: str, *rules: dict[str, Any]) -> dict[str, Any]:
@@ -190,10 +200,7 @@ def test_the_operator_and_the_runner_hold_exactly_the_table(
 
         job = cluster.kubectl("get", "job", "mine", "-n", kube_namespace, "-o", "yaml").stdout
         runner_account = yaml.safe_load(job)["spec"]["template"]["spec"]["serviceAccountName"]
-        users = {
-            "operator": f"system:serviceaccount:{kube_namespace}:{rbac.service_account}",
-            "runner": f"system:serviceaccount:{kube_namespace}:{runner_account}",
-        }
+        users = {"operator": rbac.user, "runner": f"system:serviceaccount:{kube_namespace}:{runner_account}"}
         namespaces = {HERE: kube_namespace, ELSEWHERE: "default", SYSTEM: "kube-system"}
         wrong = [
             f"{check.who} {check.action} in {check.where}: {'refused' if check.allowed else 'allowed'}"
@@ -202,64 +209,27 @@ def test_the_operator_and_the_runner_hold_exactly_the_table(
         ]
         assert not wrong, wrong
 
-        # What the operator may create, sent as it: the API server's RBAC escalation check and the chart's
-        # ValidatingAdmissionPolicy refuse anything but its benchmarks' children as it makes them.
-        operator = users["operator"]
-        mine = benchmark(cluster, kube_namespace, "mine")["metadata"]
-        owned: dict[str, Any] = {"ownerReferences": [{"apiVersion": "batchmark.dev/v1alpha1", "kind": "BatchBenchmark",
-                                      "name": "mine", "uid": mine["uid"], "controller": True}]}  # fmt: skip
-        status_rule = {
-            "apiGroups": ["batchmark.dev"],
-            "resources": ["batchbenchmarks/status"],
-            "resourceNames": ["mine"],
-            "verbs": ["get", "patch"],
-        }
-        create_config_maps = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
-        runner_like = role("mine-runner-x", status_rule, create_config_maps) | {
-            "metadata": {"name": "mine-runner-x", **owned}
-        }
-        accepted = create_as(cluster, operator, kube_namespace, runner_like)
-        assert accepted.returncode == 0, accepted.stderr
-        for rule in (
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["aws-auth"], "verbs": ["patch"]},
-            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]},
-            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},  # held, yet refused
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # held, yet refused
-            {**status_rule, "resourceNames": ["other"]},  # held, yet refused
-        ):
-            wider = role("mine-runner-y", status_rule, rule) | {"metadata": {"name": "mine-runner-y", **owned}}
-            refused = create_as(cluster, operator, kube_namespace, wider)
-            assert refused.returncode != 0, rule
-            assert was_refused(refused), (rule, refused.stderr)
-        to_admin = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "mine-to-admin", **owned},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": runner_account, "namespace": kube_namespace}],
-        }
-        to_other = {
-            **to_admin,
-            # The runner's own Role, which the operator holds every right of, bound to another account.
-            "metadata": {"name": "mine-runner-z", **owned},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": runner_account},
-            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": kube_namespace}],
-        }
-        foreign_config_maps: list[tuple[str, dict[str, Any]]] = [
-            (SYSTEM, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "aws-auth"}}),
-            (HERE, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unowned"}}),
-            (HERE, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "not-mine", **owned}}),
-        ]
-        for where, manifest in [(HERE, to_admin), (HERE, to_other), *foreign_config_maps]:
-            refused = create_as(cluster, operator, namespaces[where], manifest)
-            assert refused.returncode != 0, manifest
-            assert was_refused(refused), (manifest, refused.stderr)
-        own_config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mine-extra", **owned}}
-        accepted = create_as(cluster, operator, kube_namespace, own_config_map)
-        assert accepted.returncode == 0, accepted.stderr
+        scene = Scene(
+            namespaces={HERE: kube_namespace, OPERATORS: rbac.namespace, SYSTEM: "kube-system"},
+            mine_uid=benchmark(cluster, kube_namespace, "mine")["metadata"]["uid"],
+            other_uid=benchmark(cluster, kube_namespace, "other")["metadata"]["uid"],
+            mine_pod=runner_pod(cluster, kube_namespace, "mine")["metadata"]["name"],
+            other_pod=runner_pod(cluster, kube_namespace, "other")["metadata"]["name"],
+        )
+        the_roles_and_bindings_it_may_create_are_the_runners(cluster, users["operator"], scene)
+
+        # The forged writes, each sent with the token of its sender: the operator's as it runs, the runner's
+        # bound to its pod as Kubernetes mounts it there.
+        assert restricted.kubeconfig is not None
+        kubeconfigs = {"operator": restricted.kubeconfig, "runner": tmp_path / "runner.kubeconfig"}
+        pod = runner_pod(cluster, kube_namespace, "mine")["metadata"]
+        token = cluster.kubectl(
+            "create", "token", runner_account, "-n", kube_namespace, "--duration=10m",
+            "--bound-object-kind=Pod", f"--bound-object-name={pod['name']}", f"--bound-object-uid={pod['uid']}",
+        ).stdout.strip()  # fmt: skip
+        write_kubeconfig(kubeconfigs["runner"], cluster.server, cluster.pki.ca.certificate, runner_account, token=token)
+        wrong = forged_writes.wrong_answers(cluster.binaries.kubectl, kubeconfigs, scene, rbac.policy_prefix)
+        assert not wrong, "\n".join(wrong)
 
         # The runner's report: in a ConfigMap it created, owned by its benchmark, named in the status.
         status = benchmark(cluster, kube_namespace, "mine")["status"]
@@ -269,3 +239,68 @@ def test_the_operator_and_the_runner_hold_exactly_the_table(
         (owner,) = config_map["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"]) == ("BatchBenchmark", "mine")
         assert owner["uid"] == benchmark(cluster, kube_namespace, "mine")["metadata"]["uid"]
+
+
+def runner_pod(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    """The pod whose runner wrote the benchmark's report (its results ConfigMap is named after it)."""
+    results = benchmark(cluster, namespace, name)["status"]["resultsConfigMap"]
+    found = cluster.kubectl("get", "pod", results.removesuffix("-results"), "-n", namespace, "-o", "yaml").stdout
+    pod: dict[str, Any] = yaml.safe_load(found)
+    return pod
+
+
+def the_roles_and_bindings_it_may_create_are_the_runners(cluster: KubeCluster, operator: str, scene: Scene) -> None:
+    """What the operator may create, sent as it for an owner it makes up: the API server's RBAC escalation check
+    and the chart's operator-writes policy refuse any Role or RoleBinding but the runner's as it makes them, and
+    any ConfigMap but its benchmarks' configs."""
+    here = scene.namespaces[HERE]
+    owned = scene.owned_by(scene.forged_name, scene.forged_uid)
+    named = {"name": scene.forged_runner, **owned}
+    status_rule = {
+        "apiGroups": ["batchmark.dev"],
+        "resources": ["batchbenchmarks/status"],
+        "resourceNames": [scene.forged_name],
+        "verbs": ["get", "patch"],
+    }
+    create_config_maps = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
+    runner_like = role(scene.forged_runner, status_rule, create_config_maps) | {"metadata": named}
+    accepted = create_as(cluster, operator, here, runner_like)
+    assert accepted.returncode == 0, accepted.stderr
+    for rule in (
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["aws-auth"], "verbs": ["patch"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]},
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},  # held, yet refused
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # held, yet refused
+        {**status_rule, "resourceNames": ["other"]},  # held, yet refused
+    ):
+        wider = role(scene.forged_runner, status_rule, rule) | {"metadata": named}
+        refused = create_as(cluster, operator, here, wider)
+        assert refused.returncode != 0, rule
+        assert was_refused(refused), (rule, refused.stderr)
+    to_admin: dict[str, Any] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": named,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": scene.forged_runner, "namespace": here}],
+    }
+    # Benchmark mine's runner Role, which exists and which the operator holds every right of (so that RBAC's
+    # check of `bind` lets it through to admission), bound to another account.
+    mine_runner = f"mine-runner-{scene.incarnation(scene.mine_uid)}"
+    to_other = to_admin | {
+        "metadata": {"name": mine_runner, **scene.owned_by("mine", scene.mine_uid)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": mine_runner},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": here}],
+    }
+    foreign_config_maps: list[tuple[str, dict[str, Any]]] = [
+        (SYSTEM, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "aws-auth"}}),
+        (here, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unowned"}}),
+        (here, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "not-its-config", **owned}}),
+    ]
+    for namespace, manifest in [(here, to_admin), (here, to_other), *foreign_config_maps]:
+        refused = create_as(cluster, operator, namespace, manifest)
+        assert refused.returncode != 0, manifest
+        assert was_refused(refused), (manifest, refused.stderr)

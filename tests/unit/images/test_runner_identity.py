@@ -21,9 +21,27 @@ def dockerfile_default(name: str) -> int:
     return int(value)
 
 
-def test_the_dockerfile_builds_the_user_the_operator_runs_benchmarks_as() -> None:
-    assert dockerfile_default("BATCHMARK_UID") == RUNNER_UID
-    assert dockerfile_default("BATCHMARK_GID") == RUNNER_GID
+def test_the_dockerfile_the_contract_and_the_chart_name_one_user() -> None:
+    """The runner's UID and GID are written in three places that cannot import each other: the Dockerfile's build
+    arguments, the contract (RUNNER_UID/RUNNER_GID, whence the operator's defaults) and the chart's values. Any
+    one of them changed alone fails here."""
+    values = yaml.safe_load((ROOT / "charts" / "batchmark" / "values.yaml").read_text())
+    expected = {"runAsUser": RUNNER_UID, "runAsGroup": RUNNER_GID, "fsGroup": RUNNER_GID}
+    written = {
+        "Dockerfile": {
+            "runAsUser": dockerfile_default("BATCHMARK_UID"),
+            "runAsGroup": dockerfile_default("BATCHMARK_GID"),
+        },
+        "operator.securityContext": values["operator"]["securityContext"],
+        "benchmarkDefaults.securityContext": values["benchmarkDefaults"]["securityContext"],
+        "the operator's defaults": RunnerIdentity().pod_fields(),
+    }
+    differing = {
+        where: ids
+        for where, ids in written.items()
+        if ids != {key: value for key, value in expected.items() if key in ids}
+    }
+    assert not differing, f"the runner's user is {expected} in the contract, not: {differing}"
     # Both stages run as those build arguments, numerically (runAsNonRoot can check a number only).
     stages = (ROOT / "docker" / "Dockerfile").read_text().split("\nFROM ")[1:]
     users = [re.findall(r"^USER (.+)$", stage, re.MULTILINE) for stage in stages]
@@ -37,13 +55,6 @@ def test_the_job_runs_as_the_image_user() -> None:
     assert security["runAsUser"] == RUNNER_UID
     assert security["runAsGroup"] == RUNNER_GID
     assert security["fsGroup"] == RUNNER_GID
-
-
-def test_the_chart_runs_its_pods_as_the_image_user() -> None:
-    values = yaml.safe_load((ROOT / "charts" / "batchmark" / "values.yaml").read_text())
-    expected = {"runAsUser": RUNNER_UID, "runAsGroup": RUNNER_GID, "fsGroup": RUNNER_GID}
-    assert values["operator"]["securityContext"] == expected
-    assert values["benchmarkDefaults"]["securityContext"] == expected
 
 
 def job_security(identity: RunnerIdentity) -> dict[str, object]:

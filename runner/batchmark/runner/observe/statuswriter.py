@@ -8,7 +8,8 @@ writer
 - patches ``status.progress`` (and ``status.engine`` once it is loaded), a few seconds apart, from a thread of
   its own so that the benchmark's loop never waits on the API server;
 - at the end creates the results ConfigMap with the full report (gzip-compressed when it would not fit in
-  1 MiB), owned by the resource, and patches ``status.engine``, ``status.results``, ``status.headline``,
+  1 MiB), owned by the resource (under a name the API server makes unique when its name is taken: a 409 never
+  passes for its own), and patches ``status.engine``, ``status.results``, ``status.headline``,
   ``status.runId`` and ``status.resultsConfigMap``. It creates it rather than patching one the operator made:
   the runner may create ConfigMaps but read or change none (so neither it nor the operator needs the right to
   change ConfigMaps), and each attempt of a retried or preempted benchmark (one pod each) keeps its own report;
@@ -151,9 +152,14 @@ class StatusApi:
             GROUP, VERSION, target.namespace, PLURAL, target.name, dict(body), _content_type=MERGE_PATCH
         )
 
-    def create_config_map(self, target: StatusTarget, name: str, body: Mapping[str, Any]) -> None:
-        """Create the ConfigMap, owned by the resource (garbage-collected with it); one that exists already is
-        this pod's own, from an earlier try whose answer was lost."""
+    def create_config_map(self, target: StatusTarget, name: str, body: Mapping[str, Any]) -> str:
+        """Create the ConfigMap, owned by the resource (garbage-collected with it); returns its name.
+
+        A 409 says that a ConfigMap of that name exists, not whose it is, and the runner may read none to find out:
+        it may be this pod's own, from an earlier try whose answer was lost, or one someone else put there. It is
+        never taken for this run's: the report goes into a ConfigMap named ``<name>-<suffix>`` by the API server
+        (generateName), which no one can have made before; an earlier try's copy, if there was one, is
+        garbage-collected with the resource."""
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - only inside a BatchBenchmark's pod
 
         owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": target.name, "uid": target.uid}
@@ -166,10 +172,20 @@ class StatusApi:
             metadata["ownerReferences"] = [owner]
         try:
             # A dict, as the client accepts (and the patches above send).
-            self.core.create_namespaced_config_map(target.namespace, cast(Any, {**dict(body), "metadata": metadata}))
+            created = self.core.create_namespaced_config_map(
+                target.namespace, cast(Any, {**dict(body), "metadata": metadata})
+            )
         except ApiException as error:
             if error.status != 409:
                 raise
+            unique = {key: value for key, value in metadata.items() if key != "name"} | {"generateName": f"{name}-"}
+            created = self.core.create_namespaced_config_map(
+                target.namespace, cast(Any, {**dict(body), "metadata": unique})
+            )
+        answered = created.metadata.name if created.metadata is not None else None
+        if not answered:
+            raise RuntimeError(f"the API server's answer to the creation of {name} names no ConfigMap")
+        return str(answered)
 
 
 def _retryable(error: BaseException) -> bool:
@@ -242,14 +258,17 @@ class StatusWriter(RunObserver):
         if best is not None:
             status["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
         if self.target.results_config_map:
-            written = self._attempt(
+            created: list[str] = []
+            self._attempt(
                 "the results ConfigMap",
-                lambda api: api.create_config_map(
-                    self.target, str(self.target.results_config_map), report_config_map_data(report)
+                lambda api: created.append(
+                    api.create_config_map(
+                        self.target, str(self.target.results_config_map), report_config_map_data(report)
+                    )
                 ),
             )
-            if written:
-                status["resultsConfigMap"] = self.target.results_config_map
+            if created:
+                status["resultsConfigMap"] = created[-1]
         self._attempt("the status", lambda api: self._patch_status(api, status))
 
     # --- sending --------------------------------------------------------------------------------------------

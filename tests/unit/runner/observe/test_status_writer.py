@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from kubernetes.client import V1ConfigMap, V1ObjectMeta
+from kubernetes.client.exceptions import ApiException
 
 from batchmark.runner import contract
 from batchmark.runner.contract import COMPRESSED_REPORT_KEY, REPORT_KEY
@@ -81,3 +84,42 @@ def test_the_writer_writes_only_the_runners_status_fields() -> None:
     # A write to one of the operator's fields is refused before it reaches the API server (and logged).
     assert not writer._attempt("the phase", lambda each: writer._patch_status(each, {"phase": "Running"}))
     assert all("phase" not in patch for patch in api.status_patches)
+
+
+class ConfigMapsOfTakenNames:
+    """The API server's ConfigMaps where the results ConfigMap's name is taken already: a create by that name is
+    answered 409; one by generateName gets a name of its own."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def create_namespaced_config_map(self, namespace: str, body: dict[str, Any]) -> V1ConfigMap:
+        metadata = body["metadata"]
+        if "name" in metadata:
+            raise ApiException(status=409, reason="Conflict")
+        self.created.append(body)
+        return V1ConfigMap(metadata=V1ObjectMeta(name=metadata["generateName"] + "x7k2p", namespace=namespace))
+
+
+class NameTakenApi(RecordingApi):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config_maps = ConfigMapsOfTakenNames()
+        self.core = cast(Any, self.config_maps)
+
+
+def test_a_taken_results_name_is_never_taken_for_the_runs_own() -> None:
+    """A 409 does not say whose the ConfigMap is (the runner may read none): the report goes into one the API
+    server names, and the status names that one."""
+    api = NameTakenApi()
+    target = StatusTarget("team", "qwen3", "uid-1", "qwen3-abcde-results", "qwen3-abcde", None)
+    writer = StatusWriter(target, api_factory=lambda: api, retry_delays=())
+    report = sweep_report(2)
+    writer.on_run_end(report)
+    (created,) = api.config_maps.created
+    assert created["metadata"]["generateName"] == "qwen3-abcde-results-"
+    assert created["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batchmark.dev/v1alpha1", "kind": "BatchBenchmark", "name": "qwen3", "uid": "uid-1"}
+    ]
+    assert read_report_config_map(created) == report
+    assert api.status_patches[-1]["resultsConfigMap"] == "qwen3-abcde-results-x7k2p"
