@@ -198,6 +198,14 @@ def test_the_operator_and_the_runner_hold_exactly_the_table(
         log = restricted.log_path.read_text(errors="replace")
         assert_never_refused(log)
 
+        # A benchmark in the operator's own namespace, where the policy lets it create nothing: it ends Failed with
+        # the policy's answer at once, instead of being retried for ever.
+        applied = kubectl_apply(cluster, rbac.namespace, yaml.safe_dump(short_run("protected")))
+        assert applied.returncode == 0, applied.stderr
+        refused = wait_for_phase(cluster, rbac.namespace, "protected", {"Succeeded", "Failed"}, 60)["status"]
+        assert (refused["phase"], refused["reason"]) == ("Failed", "AdmissionRefused"), refused
+        assert f"{rbac.policy_prefix}-operator-writes" in refused["message"], refused["message"]
+
         job = cluster.kubectl("get", "job", "mine", "-n", kube_namespace, "-o", "yaml").stdout
         runner_account = yaml.safe_load(job)["spec"]["template"]["spec"]["serviceAccountName"]
         users = {"operator": rbac.user, "runner": f"system:serviceaccount:{kube_namespace}:{runner_account}"}

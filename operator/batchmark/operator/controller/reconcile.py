@@ -15,10 +15,13 @@ status with the Job, and, while it waits, its position in the queue (``positions
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from batchmark.operator.controller import children, kueue
@@ -99,19 +102,30 @@ class Reconciler:
         pending = (
             self.threads.aside(lambda: self.refresh(namespace, name, body=body)) if not status.get("phase") else None
         )
-        self._create_at_once(
-            children.config_map(owner, config),
-            children.service_account(owner),
-            children.role(owner),
-        )
-        if pending is not None:
-            pending.result()  # Pending is written before the Job's status can be
-        # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
-        # phases are written in the order they happened (Scheduling before LoadingEngine).
-        with self.threads.locks.held(namespace, name):
-            _, created = self._create_at_once(children.role_binding(owner), job)
-            # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
-            self.refresh(namespace, name, created_job=job if created else None)
+        try:
+            self._create_at_once(
+                children.config_map(owner, config),
+                children.service_account(owner),
+                children.role(owner),
+            )
+            if pending is not None:
+                pending.result()  # Pending is written before the Job's status can be
+            # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
+            # phases are written in the order they happened (Scheduling before LoadingEngine).
+            with self.threads.locks.held(namespace, name):
+                _, created = self._create_at_once(children.role_binding(owner), job)
+                # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
+                self.refresh(namespace, name, created_job=job if created else None)
+        except ApiException as error:
+            # 422 is the answer of admission (a policy such as the chart's, which keeps the operator's writes
+            # out of protected namespaces) and of validation: the same objects would be refused every time, so
+            # the benchmark ends here instead of being retried for ever.
+            if error.status != HTTPStatus.UNPROCESSABLE_ENTITY:
+                raise
+            if pending is not None:
+                pending.result()  # Pending first, so that it never follows Failed
+            refused = f"the API server refused the benchmark's objects: {_api_message(error)}"
+            self.refresh(namespace, name, invalid=refused, invalid_reason=Reason.ADMISSION_REFUSED)
 
     def _create_at_once(self, *manifests: Mapping[str, Any]) -> list[bool]:
         """Create the objects concurrently; for each, whether this call created it (False: it existed)."""
@@ -307,6 +321,15 @@ def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:
             fields["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
         return fields
     return {}
+
+
+def _api_message(error: ApiException) -> str:
+    """The message of the API server's Status answer, or the error as it prints."""
+    try:
+        message = json.loads(error.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message) if message else str(error).strip()
 
 
 def _describe(error: Exception) -> str:

@@ -54,6 +54,8 @@ class Reason(StrEnum):
     FAILED = "Failed"
     NOT_FAILED = "NotFailed"
     INVALID_CONFIG = "InvalidConfig"
+    # The API server's admission (e.g. the chart's policy on what the operator writes) refused a child object.
+    ADMISSION_REFUSED = "AdmissionRefused"
     KUEUE_NOT_INSTALLED = "KueueNotInstalled"
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
     ENGINE_ERROR = "EngineError"
