@@ -96,12 +96,13 @@ out, for the platform to assign (OpenShift's restricted SCC: a UID from the name
 {{- with $ids.runAsUser }}
 runAsUser: {{ . }}
 {{- end }}
-{{- with $ids.runAsGroup }}
-runAsGroup: {{ . }}
+{{- /* Groups may be 0 (OpenShift's arbitrary UIDs run with GID 0), which `with` would drop: null is the test. */}}
+{{- if not (kindIs "invalid" $ids.runAsGroup) }}
+runAsGroup: {{ $ids.runAsGroup }}
 {{- end }}
-{{- if $pod }}{{ with $ids.fsGroup }}
-fsGroup: {{ . }}
-{{- end }}{{ end }}
+{{- if and $pod (not (kindIs "invalid" $ids.fsGroup)) }}
+fsGroup: {{ $ids.fsGroup }}
+{{- end }}
 {{- end }}
 
 {{/* checkov's annotation for an object whose UID the platform assigns (CKV_K8S_40 wants a fixed high one). */}}

@@ -179,13 +179,20 @@ def test_the_operator_dashboards_return_data_from_the_real_operator(installed: I
         assert sorted(series["metric"]["batch_size"] for series in by_size) == ["32", "8"]
 
 
+# A UID from the range OpenShift gives a namespace: no user of the image has it.
+ARBITRARY_UID = 1000770000
+
+
 def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed, tmp_path: Path) -> None:
     (before,) = installed.operator_pods()
     # The runner image on the nodes, by its digest: what a person pins to run the very image that was tested.
     runner_digest = runner_image_digest(installed.cluster)
+    # And the operator as OpenShift's restricted policy runs images: an arbitrary UID with GID 0, no passwd entry.
     upgraded = installed.cluster.helm(
         "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
         "--set", "benchmarkDefaults.image.tag=upgraded", "--set", f"benchmarkDefaults.image.digest={runner_digest}",
+        "--set", f"operator.securityContext.runAsUser={ARBITRARY_UID}",
+        "--set", "operator.securityContext.runAsGroup=0", "--set", "operator.securityContext.fsGroup=0",
         "--wait", "--timeout", "3m",
         check=False,
     )  # fmt: skip
@@ -199,11 +206,13 @@ def test_helm_upgrade_with_other_values_rolls_the_operator(installed: Installed,
         return None
 
     after = wait_until("the operator's new pod", rolled)
+    identity = after["spec"]["securityContext"]
+    assert (identity["runAsUser"], identity["runAsGroup"], identity["fsGroup"]) == (ARBITRARY_UID, 0, 0)
     assert (
         after["metadata"]["annotations"]["checksum/defaults"] != before["metadata"]["annotations"]["checksum/defaults"]
     )
-    # The new operator reads the new defaults: a benchmark applied now runs the runner image pinned by digest
-    # (which wins over the tag).
+    # The new operator, under that UID, reconciles, and reads the new defaults: a benchmark applied now runs the
+    # runner image pinned by digest (which wins over the tag).
     apply_example(installed.cluster, tmp_path, "chart-after-upgrade", 16)
     wait_succeeded(installed, "chart-after-upgrade")
     job = installed.kubectl_json("get", "job", "chart-after-upgrade", "-n", BENCHMARKS)
