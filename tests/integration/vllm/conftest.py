@@ -93,6 +93,14 @@ class VllmSetup:
         backend.update(overrides)
         return backend
 
+    def eager_backend(self, **overrides: Any) -> dict[str, Any]:
+        """``backend`` with vLLM's ``enforce_eager``: no torch.compile at start-up (about 12 s of CPU of each
+        engine's 40 here). For the tests of how runs end and of what data reaches the engine, which do not test
+        the engine's compute path; test_vllm_engine and test_vllm_sweep run vLLM's default, compiled."""
+        backend = self.backend(**overrides)
+        backend["vllm_config"] = {**backend["vllm_config"], "enforce_eager": True}
+        return backend
+
     def run_python(
         self, args: list[str], timeout: float = RUN_TIMEOUT, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:

@@ -38,7 +38,7 @@ def config(
     model: Path | None = None,
     max_concurrency: int = 32,
 ) -> dict[str, Any]:
-    backend = setup.backend(dispatch=dispatch, batch_size=8)
+    backend = setup.eager_backend(dispatch=dispatch, batch_size=8)
     if model is not None:
         backend["model"] = str(model)
     return {

@@ -23,7 +23,7 @@ OUTPUTS = [2 + index % 3 for index in range(8)]
 def config(setup: VllmSetup, data: dict[str, Any], requests: int = 16) -> dict[str, Any]:
     return {
         "name": "vllm-data",
-        "backend": setup.backend(),
+        "backend": setup.eager_backend(),
         "data": data,
         "profile": {"kind": "throughput", "max_concurrency": 8},
         "constraints": [{"kind": "max_requests", "count": requests}],

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 def config(setup: VllmSetup, tmp_path: Path, outputs: list[Path], **backend: object) -> Path:
     path = tmp_path / "run.yaml"
     document = {
-        "backend": setup.backend(**backend),
+        "backend": setup.eager_backend(**backend),
         "data": {"kind": "synthetic_text", "prompt_tokens": 48, "output_tokens": 16},
         "profile": {"kind": "throughput", "max_concurrency": 16},
         "constraints": [{"kind": "max_duration", "seconds": 300}],
