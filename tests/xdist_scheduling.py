@@ -4,9 +4,10 @@ A worker takes one group at a time: a test file, so that a file's module fixture
 control plane) are set up once, with two exceptions:
 - the real vLLM engine's tests form one group: they load both cores, one engine at a time;
 - the tests on the session's control plane (`kube_cluster`) form one group: each worker that ran one would
-  start a control plane of its own, and each holds both images on each of its three nodes' containerd (about
-  12 GB of disk), beside those that test_chart_install and test_demo start; with a control plane per worker,
-  a run with other work on the machine filled its disk ("no space left on device" while importing images).
+  start a control plane of its own, and each holds the runner image on each of its three nodes' containerd and
+  the operator's on its untainted one (about 4 GB of disk), beside those that test_chart_install and test_demo
+  start; with a control plane per worker, when every node held both images, a run with other work on the
+  machine filled its disk ("no space left on device" while importing images).
 The longest groups start first, so that no worker is left with a long one at the end while the other has
 nothing to do.
 

@@ -160,6 +160,7 @@ OPTIONAL: dict[str, Any] = {
     "modelCache": {"claimName": "models"},
     "shmSize": "4Gi",
     "timeout": 600,
+    "timeouts": {"pending": 600, "imagePull": 300, "containerCreate": 300},
     "retries": 2,
     "ttlSecondsAfterFinished": 60,
     "metrics": {"port": 9000},
