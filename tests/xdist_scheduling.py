@@ -28,14 +28,14 @@ SESSION_CLUSTER_FOLDERS = ("tests/integration/operator/", "tests/integration/clu
 SESSION_CLUSTER_GROUP = "session control plane"
 # In those folders, but on control planes of their own only: they may run beside the group.
 OWN_CLUSTERS_ONLY = ("tests/integration/cluster/test_chart_install.py", "tests/integration/cluster/test_demo.py")
-# Seconds each of the longest groups took (--junitxml, summed per group; two workers, 98b82ab), only to start
+# Seconds each of the longest groups took (--junitxml, summed per group; two workers, d8be2a4), only to start
 # them first; groups not named here follow, in collection order.
 LONGEST_GROUPS = {
-    SESSION_CLUSTER_GROUP: 1530,
-    VLLM_GROUP: 950,
-    "tests/integration/cluster/test_chart_install.py": 290,
-    "tests/integration/cluster/test_demo.py": 170,
-    "tests/integration/runner/test_faults.py": 70,
+    SESSION_CLUSTER_GROUP: 1270,
+    VLLM_GROUP: 780,
+    "tests/integration/cluster/test_demo.py": 150,
+    "tests/integration/cluster/test_chart_install.py": 110,
+    "tests/integration/runner/test_faults.py": 60,
 }
 
 
