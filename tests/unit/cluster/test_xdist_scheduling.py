@@ -59,8 +59,8 @@ def test_whole_groups_go_out_the_longest_first_then_in_collection_order() -> Non
     assert [group[0] for group in groups] == [
         SESSION_CLUSTER_GROUP,
         VLLM_GROUP,
-        "tests/integration/cluster/test_chart_install.py",
         "tests/integration/cluster/test_demo.py",
+        "tests/integration/cluster/test_chart_install.py",
         "tests/integration/runner/test_faults.py",
         "tests/unit/runner/test_config.py",
         "tests/integration/runner/test_cli.py",
