@@ -30,7 +30,6 @@ import datetime
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,7 @@ from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.cluster import images
-from devtools.cluster.controlplane import ControlPlane
+from devtools.cluster.controlplane import ControlPlane, free_port
 from devtools.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,13 +68,6 @@ def manifest(name: str, requests: int, queue: str | None) -> dict[str, Any]:
     if queue is not None:
         body["spec"]["queueName"] = queue
     return body
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def percentile(values: list[float], level: float) -> float:

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -20,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from devtools.cluster.controlplane import free_port
+
 SETUP_HINT = "install it with scripts/setup/system.sh (scripts/test does)"
 
 
@@ -29,14 +30,6 @@ def require(binary: str) -> str:
     if path is None:
         pytest.fail(f"{binary} is not installed: {SETUP_HINT}")
     return path
-
-
-def free_port() -> int:
-    """A port free right now on 127.0.0.1 (the kernel's choice, so parallel runs do not collide)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def http_get(url: str, timeout: float = 5.0) -> bytes:

@@ -12,8 +12,9 @@ import pytest
 
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import queries, substitute
+from devtools.cluster.controlplane import free_port
 from tests.cli import command
-from tests.integration.observability.servers import free_port, prometheus, stop
+from tests.integration.observability.servers import prometheus, stop
 
 pytestmark = pytest.mark.integration
 

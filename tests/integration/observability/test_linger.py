@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.cluster.controlplane import free_port
 from tests.cli import command, run_program
-from tests.integration.observability.servers import free_port, http_get, stop
+from tests.integration.observability.servers import http_get, stop
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ from prometheus_client import start_http_server
 from batchmark.operator.controller.metrics import OperatorMetrics
 from dashboards.build import CHART_DASHBOARDS
 from dashboards.promql import queries, substitute
-from tests.integration.observability.servers import free_port, prometheus
+from devtools.cluster.controlplane import free_port
+from tests.integration.observability.servers import prometheus
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.cluster.controlplane import free_port
 from tests.cli import Finished, command, read_results, run_program
 from tests.integration.observability.servers import (
-    free_port,
     http_get,
     prometheus,
     promtool_check_metrics,

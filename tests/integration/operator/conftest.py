@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import yaml
 from kubernetes.client import CustomObjectsApi
 
 from batchmark.operator.controller.rbac import OPERATOR_RULES
-from devtools.cluster.controlplane import write_kubeconfig
+from devtools.cluster.controlplane import free_port, write_kubeconfig
 from tests.cli import command
 from tests.cluster_fixtures import KubeCluster
 from tests.polling import wait_for
@@ -67,13 +66,6 @@ def kubectl_apply(cluster: KubeCluster, namespace: str, manifest: str, *extra: s
         timeout=60,
         check=False,
     )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass

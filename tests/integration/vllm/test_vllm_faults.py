@@ -15,7 +15,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner.series import REQUESTS
-from tests.integration.observability.servers import free_port
+from devtools.cluster.controlplane import free_port
 from tests.integration.runner.harness import Program, assert_clean, assert_outputs, children, cmdline
 from tests.integration.vllm.conftest import VllmSetup, vllm_env
 
