@@ -3,13 +3,13 @@ interface, which the chart's dashboards and alerts read."""
 
 from __future__ import annotations
 
-import datetime
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from batchmark.operator.controller.stalls import parse_time
 from batchmark.operator.resource.status import Phase
 from batchmark.runner import series
 from batchmark.runner.config.backend import BackendConfig
@@ -100,10 +100,10 @@ class OperatorMetrics:
     def set_failure(self, namespace: str, name: str, reason: str, completion_time: str) -> None:
         """The benchmark failed at ``completion_time`` (RFC 3339): the same time after an operator restart, so an
         alert on it fires once per failure."""
-        try:
-            at = datetime.datetime.fromisoformat(completion_time.replace("Z", "+00:00")).timestamp()
-        except ValueError:  # the status is writable by more than the operator: never crash on it
+        parsed = parse_time(completion_time)
+        if parsed is None:  # the status is writable by more than the operator: never crash on it
             return
+        at = parsed.timestamp()
         with self._lock:
             previous = self._failures.get((namespace, name))
             if previous is not None and previous != reason:

@@ -8,7 +8,7 @@ Field names are camelCase, as Kubernetes writes them. The CRD's schema is genera
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -161,6 +161,7 @@ MAX_START_TIMEOUT_SECONDS = 7 * 24 * 3600
 DEFAULT_PENDING_SECONDS = 3600
 DEFAULT_IMAGE_PULL_SECONDS = 900
 DEFAULT_CONTAINER_CREATE_SECONDS = 900
+StartSeconds = Annotated[int, Field(ge=1, le=MAX_START_TIMEOUT_SECONDS)]
 
 
 class StartTimeouts(ApiModel):
@@ -168,24 +169,18 @@ class StartTimeouts(ApiModel):
     the scheduler's reason; each unset one is the operator's (the chart's benchmarkDefaults.timeouts). Time
     queued in Kueue never counts: a queued benchmark's pod exists only once Kueue admitted it."""
 
-    pending: int | None = Field(
+    pending: StartSeconds | None = Field(
         default=None,
-        ge=1,
-        le=MAX_START_TIMEOUT_SECONDS,
         description="Seconds the pod may wait for a node, from its creation (reason Unschedulable; a Job that"
         " creates no pod: PodNotCreated, from the Job's start).",
     )
-    image_pull: int | None = Field(
+    image_pull: StartSeconds | None = Field(
         default=None,
-        ge=1,
-        le=MAX_START_TIMEOUT_SECONDS,
         description="Seconds from the pod's scheduling after which an image the node cannot get ends it (reason"
         " ErrImagePull, ImagePullBackOff, ErrImageNeverPull or InvalidImageName).",
     )
-    container_create: int | None = Field(
+    container_create: StartSeconds | None = Field(
         default=None,
-        ge=1,
-        le=MAX_START_TIMEOUT_SECONDS,
         description="Seconds from the pod's scheduling after which a container the kubelet cannot create ends it"
         " (reason CreateContainerConfigError, e.g. a root image under runAsNonRoot, or CreateContainerError).",
     )
@@ -448,19 +443,13 @@ class RunnerIdentity(ApiModel):
 class StartBounds(ApiModel):
     """The operator's start bounds (every one set: every benchmark has an end), in seconds; see StartTimeouts."""
 
-    pending: int = Field(
-        default=DEFAULT_PENDING_SECONDS, ge=1, le=MAX_START_TIMEOUT_SECONDS, description="Seconds to get a node."
-    )
-    image_pull: int = Field(
+    pending: StartSeconds = Field(default=DEFAULT_PENDING_SECONDS, description="Seconds to get a node.")
+    image_pull: StartSeconds = Field(
         default=DEFAULT_IMAGE_PULL_SECONDS,
-        ge=1,
-        le=MAX_START_TIMEOUT_SECONDS,
         description="Seconds from scheduling within which an image error must clear.",
     )
-    container_create: int = Field(
+    container_create: StartSeconds = Field(
         default=DEFAULT_CONTAINER_CREATE_SECONDS,
-        ge=1,
-        le=MAX_START_TIMEOUT_SECONDS,
         description="Seconds from scheduling within which a container creation error must clear.",
     )
 
