@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from batchmark.operator.controller.service import DefaultsError, load_defaults
+from batchmark.operator.resource.api import StartBounds
 from batchmark.runner.cli import main
 from batchmark.runner.contract import EXIT_USAGE
 
@@ -25,12 +26,14 @@ def test_a_defaults_file_reads_as_the_chart_writes_it(tmp_path: Path) -> None:
         "modelCache: {claimName: models, mountPath: /models}\n"
         "hfTokenSecret: {name: hf, key: token}\n"
         "queueName: benchmarks\n"
+        "timeouts:\n  containerCreate: 900\n  imagePull: 900\n  pending: 3600\n"
     )
     defaults = load_defaults(path)
     assert defaults.image == "registry.example/batchmark-runner:1"
     assert defaults.model_cache is not None
     assert defaults.model_cache.claim_name == "models"
     assert defaults.queue_name == "benchmarks"
+    assert defaults.timeouts == StartBounds(pending=3600, image_pull=900, container_create=900)
     assert load_defaults(None).image is None
 
 
@@ -43,6 +46,10 @@ def test_a_defaults_file_reads_as_the_chart_writes_it(tmp_path: Path) -> None:
         ("securityContext:\n  runAsGroup: -1\n", "securityContext.runAsGroup"),
         ("securityContext:\n  runAsUsr: 5\n", "securityContext.runAsUsr: unknown key"),
         ("[1, 2", "not YAML"),
+        ("timeouts:\n  pending: 0\n", "timeouts.pending: Input should be greater than or equal to 1"),
+        ("timeouts:\n  imagePull: null\n", "timeouts.imagePull"),
+        ("timeouts:\n  pendng: 5\n", "timeouts.pendng: unknown key"),
+        ("timeouts: 5\n", "timeouts"),
     ],
 )
 def test_a_bad_defaults_file_is_refused_naming_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from batchmark.operator.controller.kube import Kube
 from batchmark.operator.controller.kueue import WorkloadView
 from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.operator.controller.reconcile import Reconciler
-from batchmark.operator.controller.service import DefaultsError, load_defaults
 from batchmark.operator.controller.stalls import parse_time
 from batchmark.operator.controller.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.controller.workers import ControllerThreads
@@ -314,28 +312,6 @@ def test_the_spec_overrides_each_default_it_gives() -> None:
     assert defaults.bounds(spec.timeouts) == StartBounds(pending=100, image_pull=5, container_create=300)
     assert defaults.bounds(None) == StartBounds(pending=100, image_pull=200, container_create=300)
     assert OperatorDefaults().bounds(StartTimeouts()) == StartBounds(pending=3600, image_pull=900, container_create=900)
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("timeouts:\n  pending: 0\n", "timeouts.pending: Input should be greater than or equal to 1"),
-        ("timeouts:\n  imagePull: null\n", "timeouts.imagePull"),
-        ("timeouts:\n  pendng: 5\n", "timeouts.pendng: unknown key"),
-        ("timeouts: 5\n", "timeouts"),
-    ],
-)
-def test_a_bad_defaults_timeouts_is_refused_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
-    path = tmp_path / "defaults.yaml"
-    path.write_text(text)
-    with pytest.raises(DefaultsError, match=message):
-        load_defaults(path)
-
-
-def test_the_defaults_file_reads_timeouts_as_the_chart_writes_them(tmp_path: Path) -> None:
-    path = tmp_path / "defaults.yaml"
-    path.write_text("timeouts:\n  containerCreate: 900\n  imagePull: 900\n  pending: 3600\n")
-    assert load_defaults(path).timeouts == StartBounds(pending=3600, image_pull=900, container_create=900)
 
 
 # --- the clock that wakes a benchmark at its bound -------------------------------------------------------
