@@ -27,7 +27,11 @@ VLLM_GROUP = "vllm"
 SESSION_CLUSTER_FOLDERS = ("tests/integration/operator/", "tests/integration/cluster/")
 SESSION_CLUSTER_GROUP = "session control plane"
 # In those folders, but on control planes of their own only: they may run beside the group.
-OWN_CLUSTERS_ONLY = ("tests/integration/cluster/test_chart_install.py", "tests/integration/cluster/test_demo.py")
+OWN_CLUSTERS_ONLY = (
+    "tests/integration/cluster/test_chart_install.py",
+    "tests/integration/cluster/test_demo.py",
+    "tests/integration/operator/test_without_kueue.py",
+)
 # Seconds each of the longest groups took (--junitxml, summed per group; two workers, d8be2a4), only to start
 # them first; groups not named here follow, in collection order.
 LONGEST_GROUPS = {

@@ -36,11 +36,16 @@ def default_names(target: str) -> list[str]:
     name) and the operator's default runner image name, so that manifests written by them run unchanged."""
     from batchmark.operator.resource.api import DEFAULT_IMAGE
 
-    chart = yaml.safe_load((ROOT / "charts" / "batchmark" / "Chart.yaml").read_text())
-    names = [f"docker.io/library/batchmark-{target}:{chart['appVersion']}"]
+    names = [f"docker.io/library/{chart_image(target)}"]
     if target == "runner":
         names.append(DEFAULT_IMAGE)
     return names
+
+
+def chart_image(target: str) -> str:
+    """The image name the chart's values give `target` (operator or runner): `batchmark-<target>:<appVersion>`."""
+    chart = yaml.safe_load((ROOT / "charts" / "batchmark" / "Chart.yaml").read_text())
+    return f"batchmark-{target}:{chart['appVersion']}"
 
 
 def cache_root() -> Path:

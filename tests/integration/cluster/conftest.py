@@ -1,22 +1,15 @@
-"""Fixtures of the local cluster's tests."""
+"""Fixtures of the local cluster's tests: the operator as shipped, the session's (the operator tests' fixtures)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.cluster_fixtures import KubeCluster
-from tests.integration.operator.conftest import OperatorProcess, with_the_crd
+# The session's CRD and installed operator, shared with tests/integration/operator (one operator per cluster).
+from tests.integration.operator.conftest import batchmark_crd, batchmark_operator  # noqa: F401
+from tests.integration.operator.installed import InstalledOperator
 
 
-@pytest.fixture(scope="module")
-def operator(container_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    """The CRD applied, and the operator running (as a process, as the operator's e2e tests run it) for one
-    module."""
-    process = OperatorProcess(with_the_crd(container_cluster), tmp_path_factory.mktemp("operator") / "operator.log")
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+@pytest.fixture
+def operator(batchmark_operator: InstalledOperator) -> InstalledOperator:  # noqa: F811
+    """The session's operator, installed by helm from its image, watching every namespace."""
+    return batchmark_operator

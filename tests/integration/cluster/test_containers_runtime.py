@@ -28,82 +28,52 @@ from tests.integration.cluster.benchmark_pods import (
 )
 from tests.integration.cluster.containers import container_process, ids
 from tests.integration.operator.conftest import (
-    OperatorProcess,
     benchmark,
     example,
     kubectl_apply,
     wait_for_phase,
 )
+from tests.integration.operator.installed import InstalledOperator
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
-
-CHART = Path(__file__).resolve().parents[3] / "charts" / "batchmark"
 
 # OpenShift's restricted policy runs a pod as a UID from the namespace's range, with GID 0.
 ARBITRARY_UID = 1000640000
 
 
-# First in this module: the module's `operator` (a process, watching every namespace) must not run beside it.
 def test_the_operator_runs_from_its_image_installed_by_helm(
-    container_cluster: KubeCluster, operator_image: str, container_namespace: str
+    operator: InstalledOperator, container_namespace: str
 ) -> None:
-    cluster, namespace = container_cluster, container_namespace
-    # The operator's own namespace is one the chart's admission policy keeps its Jobs out of: the release goes
-    # to a namespace of its own, the benchmark to the test's.
-    release_namespace = f"{namespace}-operator"
-    repository, tag = operator_image.rsplit(":", 1)
-    runner_repository, runner_tag = images.TAGS["runner"].rsplit(":", 1)
-    installed = cluster.helm(
-        "install", "batchmark", str(CHART), "--namespace", release_namespace, "--create-namespace",
-        "--wait", "--timeout", "3m",
-        "--set", f"operator.image.repository={repository}", "--set", f"operator.image.tag={tag}",
-        "--set", f"benchmarkDefaults.image.repository={runner_repository}",
-        "--set", f"benchmarkDefaults.image.tag={runner_tag}",
-        check=False,
-    )  # fmt: skip
-    try:
-        assert installed.returncode == 0, installed.stdout + installed.stderr
-        selector = "app.kubernetes.io/component=operator"
-        pods = cluster.kubectl("get", "pods", "-n", release_namespace, "-l", selector, "-o", "json").stdout
-        (pod,) = json.loads(pods)["items"]
-        assert pod["spec"]["nodeName"] == "cpu-node-0"
-        # `batchmark operator` runs in a container of the operator image, as the image's user.
-        pid = wait_for("the operator's process", lambda: container_process(pod["metadata"]["uid"], "operator"), 30)
-        root = Path(f"/proc/{pid}/root")
-        assert os.stat(root).st_ino != os.stat("/").st_ino or os.stat(root).st_dev != os.stat("/").st_dev
-        assert (root / "opt" / "batchmark" / "bin" / "batchmark").exists()
-        assert ids(pid) == ([RUNNER_UID] * 4, [RUNNER_GID] * 4)
+    cluster, namespace = operator.cluster, container_namespace
+    pod = operator.pod()
+    assert pod["spec"]["nodeName"] == "cpu-node-0"
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == images.chart_image("operator")
+    # `batchmark operator` runs in a container of the operator image, as the image's user.
+    pid = wait_for("the operator's process", lambda: container_process(pod["metadata"]["uid"], "operator"), 30)
+    root = Path(f"/proc/{pid}/root")
+    assert os.stat(root).st_ino != os.stat("/").st_ino or os.stat(root).st_dev != os.stat("/").st_dev
+    assert (root / "opt" / "batchmark" / "bin" / "batchmark").exists()
+    assert ids(pid) == ([RUNNER_UID] * 4, [RUNNER_GID] * 4)
 
-        # It runs a benchmark, reaching the API server from its pod as in-cluster clients do.
-        manifest = example("simulated-throughput.yaml", name="by-the-chart")
-        manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 60}]
-        applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
-        assert applied.returncode == 0, applied.stderr
-        try:
-            status = wait_for_phase(cluster, namespace, "by-the-chart", {"Succeeded", "Failed"}, 180)["status"]
-        except AssertionError:
-            logs = cluster.kubectl("logs", "-n", release_namespace, "-l", selector, "--tail", "40", check=False)
-            raise AssertionError(f"the chart's operator:\n{logs.stdout}{logs.stderr}") from None
-        assert status["phase"] == "Succeeded", status
-        job = json.loads(cluster.kubectl("get", "job", "by-the-chart", "-n", namespace, "-o", "json").stdout)
-        assert job["spec"]["template"]["spec"]["containers"][0]["image"] == images.TAGS["runner"]
-    finally:
-        cluster.helm("uninstall", "batchmark", "--namespace", release_namespace, "--wait", check=False)
-        wait_for(
-            "the chart's operator to be gone",
-            lambda: (
-                not CoreV1Api(cluster.api_client())
-                .list_namespaced_pod(release_namespace, label_selector="app.kubernetes.io/component=operator")
-                .items
-            ),
-            120,
-        )
-        cluster.kubectl("delete", "namespace", release_namespace, "--wait=false", check=False)
+    # It runs a benchmark, reaching the API server from its pod as in-cluster clients do, in the chart's default
+    # runner image.
+    manifest = example("simulated-throughput.yaml", name="by-the-chart")
+    manifest["spec"]["constraints"] = [{"kind": "max_requests", "count": 60}]
+    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+    assert applied.returncode == 0, applied.stderr
+    try:
+        status = wait_for_phase(cluster, namespace, "by-the-chart", {"Succeeded", "Failed"}, 180)["status"]
+    except AssertionError:
+        raise AssertionError(f"the chart's operator:{operator.describe()}") from None
+    assert status["phase"] == "Succeeded", status
+    job = json.loads(cluster.kubectl("get", "job", "by-the-chart", "-n", namespace, "-o", "json").stdout)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == images.chart_image("runner")
 
 
 def test_the_operators_job_runs_the_benchmark_in_the_runner_image_as_its_user(
-    operator: OperatorProcess, container_namespace: str
+    operator: InstalledOperator, container_namespace: str
 ) -> None:
     cluster, namespace, name = operator.cluster, container_namespace, "in-a-container"
     apply_watched_benchmark(cluster, namespace, name, seconds=25, image=images.TAGS["runner"])
@@ -191,7 +161,7 @@ def events_of(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str,
 
 
 def test_a_memory_limit_below_the_runners_needs_is_oomkilled_by_the_kernel(
-    operator: OperatorProcess, container_namespace: str
+    operator: InstalledOperator, container_namespace: str
 ) -> None:
     cluster, namespace = operator.cluster, container_namespace
     # The kernel first reclaims the image's file pages the runner maps, so it crawls on before the OOM killer
@@ -209,7 +179,7 @@ def test_a_memory_limit_below_the_runners_needs_is_oomkilled_by_the_kernel(
 
 
 def test_an_image_no_registry_serves_backs_off_in_scheduling_until_its_timeout(
-    operator: OperatorProcess, container_namespace: str
+    operator: InstalledOperator, container_namespace: str
 ) -> None:
     cluster, namespace = operator.cluster, container_namespace
     # Nothing listens on port 9 of this machine: containerd's pull fails at once, and no traffic leaves.

@@ -26,7 +26,8 @@ from batchmark.runner.results.report import RunReport
 from devtools.cluster import images
 from devtools.cluster.volumes import bind_local_volume, release_local_volume
 from tests.cluster_fixtures import KubeCluster
-from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply, wait_for_phase
+from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
+from tests.integration.operator.installed import InstalledOperator
 from tests.integration.runner.test_data_hub_cache import REPOSITORY, TRAIN, fill_hub_cache
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
@@ -87,7 +88,7 @@ def requests(report: RunReport) -> dict[int, tuple[int, int]]:
 
 
 def test_prompts_from_a_persistent_volume_claim_run_as_on_a_laptop(
-    operator: OperatorProcess,
+    operator: InstalledOperator,
     container_namespace: str,
     host_folder: Path,
     tmp_path: Path,
@@ -125,7 +126,7 @@ def test_prompts_from_a_persistent_volume_claim_run_as_on_a_laptop(
 
 
 def test_a_hub_dataset_from_the_model_cache_is_read_offline(
-    operator: OperatorProcess, container_namespace: str, host_folder: Path, tmp_path: Path
+    operator: InstalledOperator, container_namespace: str, host_folder: Path, tmp_path: Path
 ) -> None:
     cluster, namespace, claim = operator.cluster, container_namespace, "hub-cache"
     fill_hub_cache(host_folder, tmp_path / "downloaded")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import urllib.error
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,8 @@ from tests.integration.cluster.benchmark_pods import (
     running_pod,
 )
 from tests.integration.cluster.containers import container_process, ids
-from tests.integration.operator.conftest import OperatorProcess, kubectl_apply, operator_with_defaults
+from tests.integration.operator.conftest import kubectl_apply
+from tests.integration.operator.installed import InstalledOperator
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
@@ -33,17 +33,10 @@ RANGE_START = 1000640000
 
 
 @pytest.fixture
-def platform_ids_operator(
-    container_cluster: KubeCluster, container_namespace: str, batchmark_operator: OperatorProcess, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    """The operator with the defaults the chart renders for OpenShift's values: every ID null."""
-    defaults = {
-        "image": images.TAGS["runner"],
-        "securityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
-    }
-    with operator_with_defaults(
-        container_cluster, container_namespace, tmp_path, defaults, batchmark_operator
-    ) as operator:
+def platform_ids_operator(batchmark_operator: InstalledOperator) -> Iterator[InstalledOperator]:
+    """The operator upgraded with OpenShift's values (the chart's README): every ID of benchmark pods null."""
+    ids = {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
+    with batchmark_operator.reconfigured({"benchmarkDefaults": {"securityContext": ids}}) as operator:
         yield operator
 
 
@@ -116,23 +109,16 @@ def namespace_uid_range(container_cluster: KubeCluster, container_namespace: str
 
 
 @pytest.fixture
-def arbitrary_uid_operator(
-    container_cluster: KubeCluster, container_namespace: str, batchmark_operator: OperatorProcess, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    """The operator with the defaults the chart renders for `benchmarkDefaults.securityContext` of an arbitrary
-    UID, GID 0 and no fsGroup (values: runAsUser 1234567, runAsGroup 0, fsGroup null)."""
-    defaults = {
-        "image": images.TAGS["runner"],
-        "securityContext": {"runAsUser": ARBITRARY_UID, "runAsGroup": 0, "fsGroup": None},
-    }
-    with operator_with_defaults(
-        container_cluster, container_namespace, tmp_path, defaults, batchmark_operator
-    ) as operator:
+def arbitrary_uid_operator(batchmark_operator: InstalledOperator) -> Iterator[InstalledOperator]:
+    """The operator upgraded with `benchmarkDefaults.securityContext` of an arbitrary UID, GID 0 and no fsGroup
+    (values: runAsUser 1234567, runAsGroup 0, fsGroup null)."""
+    ids = {"runAsUser": ARBITRARY_UID, "runAsGroup": 0, "fsGroup": None}
+    with batchmark_operator.reconfigured({"benchmarkDefaults": {"securityContext": ids}}) as operator:
         yield operator
 
 
 def test_the_operators_job_runs_under_an_arbitrary_uid_with_gid_0_and_writes_home_and_caches(
-    arbitrary_uid_operator: OperatorProcess, container_namespace: str
+    arbitrary_uid_operator: InstalledOperator, container_namespace: str
 ) -> None:
     cluster, namespace, name = arbitrary_uid_operator.cluster, container_namespace, "arbitrary-uid"
     apply_watched_benchmark(cluster, namespace, name)
@@ -142,7 +128,7 @@ def test_the_operators_job_runs_under_an_arbitrary_uid_with_gid_0_and_writes_hom
     security = pod.spec.security_context
     assert (security.run_as_user, security.run_as_group, security.fs_group) == (ARBITRARY_UID, 0, None)
     assert security.run_as_non_root is True
-    assert pod.spec.containers[0].image == images.TAGS["runner"]
+    assert pod.spec.containers[0].image == images.chart_image("runner")
 
     # `batchmark run` runs in the container as that user, with group 0.
     pid = wait_for("the runner's process", lambda: container_process(pod.metadata.uid, "run", "--config"), 60)
@@ -165,7 +151,7 @@ def job_of(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | 
 
 
 def test_with_the_ids_left_to_the_platform_the_runner_runs_as_the_uid_admission_assigns(
-    platform_ids_operator: OperatorProcess, namespace_uid_range: int, container_namespace: str
+    platform_ids_operator: InstalledOperator, namespace_uid_range: int, container_namespace: str
 ) -> None:
     cluster, namespace, name = platform_ids_operator.cluster, container_namespace, "platform-uid"
     apply_watched_benchmark(cluster, namespace, name)

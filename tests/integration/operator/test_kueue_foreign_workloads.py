@@ -18,7 +18,8 @@ from batchmark.operator.resource.api import DEFAULT_IMAGE
 from devtools.cluster.controlplane import GPU_TOLERATION
 from devtools.cluster.kueue import Kueue, local_queue
 from tests.cluster_fixtures import KubeCluster, fresh_namespace
-from tests.integration.operator.conftest import OperatorProcess, benchmark, wait_for_phase
+from tests.integration.operator.conftest import benchmark, wait_for_phase
+from tests.integration.operator.installed import InstalledOperator
 from tests.integration.operator.test_kueue_queueing import ClusterObjects, apply, gpu_queue, queued_run
 from tests.polling import wait_for
 
@@ -30,7 +31,7 @@ BENCHMARK_JOB_LABELS = {"app.kubernetes.io/name": "batchmark", "app.kubernetes.i
 
 
 @pytest.fixture
-def queues(batchmark_operator: OperatorProcess, kueue: Kueue) -> Iterator[ClusterObjects]:
+def queues(batchmark_operator: InstalledOperator, kueue: Kueue) -> Iterator[ClusterObjects]:
     """The test's cluster-scoped Kueue objects, deleted after it."""
     created = ClusterObjects(batchmark_operator.cluster)
     yield created
@@ -93,10 +94,10 @@ def marks_of_the_operator(body: dict[str, Any]) -> list[str]:
 
 
 def test_the_operator_never_touches_another_teams_workloads_and_counts_them_in_positions(
-    batchmark_operator: OperatorProcess, queues: ClusterObjects, kube_namespace: str, other_team: str
+    batchmark_operator: InstalledOperator, queues: ClusterObjects, kube_namespace: str, other_team: str
 ) -> None:
     cluster, ours, theirs = batchmark_operator.cluster, kube_namespace, other_team
-    log_before = len(batchmark_operator.log_path.read_bytes())
+    mark = batchmark_operator.log_mark()
     # One GPU, one ClusterQueue, both teams' LocalQueues in it.
     cluster_queue = gpu_queue(queues, ours, gpus=1)
     queues.create(local_queue(theirs, "training", cluster_queue))
@@ -176,7 +177,7 @@ def test_the_operator_never_touches_another_teams_workloads_and_counts_them_in_p
     assert theirs not in batchmark_operator.metrics()
     assert not cluster.request("GET", f"/apis/batchmark.dev/v1alpha1/namespaces/{theirs}/batchbenchmarks")["items"]
     batchmark_operator.assert_alive()
-    new_log = batchmark_operator.log_path.read_bytes()[log_before:].decode(errors="replace")
+    new_log = batchmark_operator.log_since(mark)
     assert theirs not in new_log, [line for line in new_log.splitlines() if theirs in line]
 
 

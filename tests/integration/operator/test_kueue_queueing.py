@@ -15,18 +15,15 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from devtools.cluster.controlplane import ControlPlane
 from devtools.cluster.kueue import Kueue, cluster_queue, local_queue, resource_flavor, workload_priority_class
-from tests.cluster_fixtures import KubeCluster, required_binaries
+from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import (
-    CRD_PATH,
-    OperatorProcess,
     benchmark,
     example,
     kubectl_apply,
-    operator_with_only_its_rbac,
     wait_for_phase,
 )
+from tests.integration.operator.installed import InstalledOperator
 from tests.integration.operator.refusals import assert_never_refused
 from tests.polling import wait_for
 
@@ -68,7 +65,7 @@ class ClusterObjects:
 
 
 @pytest.fixture
-def objects(batchmark_operator: OperatorProcess, kueue: Kueue) -> Iterator[ClusterObjects]:
+def objects(batchmark_operator: InstalledOperator, kueue: Kueue) -> Iterator[ClusterObjects]:
     created = ClusterObjects(batchmark_operator.cluster)
     yield created
     created.delete_all()
@@ -147,7 +144,7 @@ def phase_histories(output: str) -> dict[str, list[str]]:
 
 
 def test_ten_one_gpu_benchmarks_share_a_queue_of_four_gpus(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=4)
@@ -189,7 +186,7 @@ def test_ten_one_gpu_benchmarks_share_a_queue_of_four_gpus(
 
 
 def test_a_missing_local_queue_fails_with_the_reason(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     apply(cluster, kube_namespace, queued_run("lost", seconds=1, queue="no-such-queue"))
@@ -202,7 +199,7 @@ def test_a_missing_local_queue_fails_with_the_reason(
 
 
 def test_a_higher_priority_benchmark_preempts_a_lower_one_which_reruns_and_keeps_its_results(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=1, preemption={"withinClusterQueue": "LowerPriority"})
@@ -246,7 +243,7 @@ def test_a_higher_priority_benchmark_preempts_a_lower_one_which_reruns_and_keeps
 
 
 def test_two_teams_sharing_a_cohort_each_get_their_nominal_share(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     cohort = objects.name("lab")
@@ -285,26 +282,8 @@ def test_two_teams_sharing_a_cohort_each_get_their_nominal_share(
         cluster.request("DELETE", f"/api/v1/namespaces/{other}")
 
 
-def test_without_kueue_a_queue_name_is_refused(tmp_path: Path) -> None:
-    """A control plane of its own: the session's has Kueue's CRDs once any Kueue test ran. No nodes: the
-    benchmark is refused before any pod."""
-    with ControlPlane(tmp_path / "cluster", required_binaries(), runtime="no-nodes") as cluster:
-        cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-        cluster.wait("--for=condition=Established", "crd/batchbenchmarks.batchmark.dev")
-        operator = OperatorProcess(cluster, tmp_path / "operator.log")
-        operator.start()
-        try:
-            apply(cluster, "default", queued_run("queued", seconds=1, queue="gpus"))
-            status = wait_for_phase(cluster, "default", "queued", {"Failed"})["status"]
-        finally:
-            operator.stop()
-    assert status["reason"] == "KueueNotInstalled"
-    assert "Kueue is not installed" in status["message"]
-    assert "queueName" in status["message"]
-
-
 def test_cancelling_a_queued_benchmark_keeps_kueue_from_restarting_it(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=1)
@@ -349,7 +328,7 @@ def queue_positions(cluster: KubeCluster, namespace: str) -> dict[str, dict[str,
 
 
 def test_queued_benchmarks_show_their_positions_as_the_queue_drains(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=1)
@@ -387,11 +366,11 @@ def test_queued_benchmarks_show_their_positions_as_the_queue_drains(
 
 
 def test_without_kueues_visibility_api_queued_benchmarks_run_without_positions(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kueue: Kueue, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kueue: Kueue, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=1)
-    log_before = batchmark_operator.log_path.read_text(errors="replace")
+    mark = batchmark_operator.log_mark()
     kueue.unregister_visibility_api()
     try:
         apply(cluster, kube_namespace, *(queued_run(f"blind-{index}", seconds=3) for index in range(3)))
@@ -417,7 +396,7 @@ def test_without_kueues_visibility_api_queued_benchmarks_run_without_positions(
     for status in statuses(cluster, kube_namespace).values():
         assert "queue" not in status
     batchmark_operator.assert_alive()
-    new_log = batchmark_operator.log_path.read_text(errors="replace")[len(log_before) :]
+    new_log = batchmark_operator.log_since(mark)
     # Its own queue's: a benchmark an earlier test left queued elsewhere is warned about too.
     warnings = [line for line in new_log.splitlines() if f"queue positions of LocalQueue {kube_namespace}/" in line]
     assert len(warnings) == 1, warnings
@@ -426,24 +405,26 @@ def test_without_kueues_visibility_api_queued_benchmarks_run_without_positions(
 
 
 def test_with_exactly_its_documented_rbac_the_operator_reads_queue_positions(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str, tmp_path: Path
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str, tmp_path: Path
 ) -> None:
     """The visibility server authorizes each proxied request with a SubjectAccessReview of the operator's own
     user: the operator's rules (rbac.py, the chart's) must grant it, and nothing more is needed."""
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=1)
-    with operator_with_only_its_rbac(batchmark_operator, kube_namespace, tmp_path) as restricted:
-        apply(cluster, kube_namespace, queued_run("ahead", seconds=15))
-        time.sleep(1.1)
-        apply(cluster, kube_namespace, queued_run("behind", seconds=2))
-        shown = wait_for(
-            "the position of the one behind",
-            lambda: queue_positions(cluster, kube_namespace).get("behind"),
-            timeout_seconds=60,
-        )
-        assert shown == {"name": "gpus", "position": 0, "clusterQueuePosition": 0}
-        wait_for_phase(cluster, kube_namespace, "behind", {"Succeeded"}, timeout_seconds=180)
-        restricted.assert_alive()
-        log = restricted.log_path.read_text(errors="replace")
-        assert_never_refused(log)
-        assert "queue positions of LocalQueue" not in log
+    # The session's operator runs as the chart's ServiceAccount, bound to exactly those rules.
+    restricted = batchmark_operator
+    mark = restricted.log_mark()
+    apply(cluster, kube_namespace, queued_run("ahead", seconds=15))
+    time.sleep(1.1)
+    apply(cluster, kube_namespace, queued_run("behind", seconds=2))
+    shown = wait_for(
+        "the position of the one behind",
+        lambda: queue_positions(cluster, kube_namespace).get("behind"),
+        timeout_seconds=60,
+    )
+    assert shown == {"name": "gpus", "position": 0, "clusterQueuePosition": 0}
+    wait_for_phase(cluster, kube_namespace, "behind", {"Succeeded"}, timeout_seconds=180)
+    restricted.assert_alive()
+    log = restricted.log_since(mark)
+    assert_never_refused(log)
+    assert "queue positions of LocalQueue" not in log

@@ -13,14 +13,10 @@ import pytest
 
 from batchmark.operator.controller.children import RUNNER_CONTAINER
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
-from devtools.cluster import images
 from devtools.cluster.volumes import bind_local_volume, release_local_volume
 from tests.cluster_fixtures import KubeCluster
 from tests.integration.cluster.benchmark_pods import apply_watched_benchmark, assert_succeeds_with_results, running_pod
-from tests.integration.operator.conftest import (
-    OperatorProcess,
-    operator_with_defaults,
-)
+from tests.integration.operator.installed import InstalledOperator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
@@ -31,15 +27,9 @@ SEEDED = Path("hub") / "models--Qwen--Qwen3-0.6B" / "refs" / "main"
 
 
 @pytest.fixture
-def cache_operator(
-    container_cluster: KubeCluster, container_namespace: str, batchmark_operator: OperatorProcess, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    """The operator with the chart's default identity for benchmark pods (UID, GID and fsGroup 10001)."""
-    defaults = {"image": images.TAGS["runner"]}
-    with operator_with_defaults(
-        container_cluster, container_namespace, tmp_path / "operator", defaults, batchmark_operator
-    ) as operator:
-        yield operator
+def cache_operator(batchmark_operator: InstalledOperator) -> InstalledOperator:
+    """The session's operator: the chart's default identity for benchmark pods (UID, GID and fsGroup 10001)."""
+    return batchmark_operator
 
 
 @pytest.fixture
@@ -61,7 +51,7 @@ def model_cache_claim(container_cluster: KubeCluster, container_namespace: str, 
 
 
 def test_the_model_cache_claim_is_the_pods_hugging_face_cache_written_by_its_user(
-    cache_operator: OperatorProcess, model_cache_claim: Path, container_namespace: str
+    cache_operator: InstalledOperator, model_cache_claim: Path, container_namespace: str
 ) -> None:
     cluster, namespace, name, folder = cache_operator.cluster, container_namespace, "cached", model_cache_claim
     apply_watched_benchmark(cluster, namespace, name, modelCache={"claimName": "model-cache", "mountPath": MOUNT_PATH})

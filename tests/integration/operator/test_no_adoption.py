@@ -17,12 +17,12 @@ import yaml
 
 from batchmark.operator.controller.children import Owner
 from tests.integration.operator.conftest import (
-    OperatorProcess,
     benchmark,
     example,
     kubectl_apply,
     wait_for_phase,
 )
+from tests.integration.operator.installed import InstalledOperator
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -45,7 +45,7 @@ def controller(found: dict[str, Any]) -> str:
 
 
 def test_a_benchmark_applied_again_at_once_never_adopts_the_old_ones_children(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     names = [f"again-{index}" for index in range(AGAIN)]

@@ -15,7 +15,8 @@ from kubernetes.client import CoreV1Api, V1ConfigMap, V1ObjectMeta
 from batchmark.runner.observe.statuswriter import read_report_config_map
 from batchmark.runner.results.outputs import load_report
 from tests.cli import run_in_process
-from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply, wait_for_phase
+from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
+from tests.integration.operator.installed import InstalledOperator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -39,7 +40,7 @@ def manifest(name: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_config_map_of_prompts_runs_the_same_requests_as_on_a_laptop(
-    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    batchmark_operator: InstalledOperator, kube_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = batchmark_operator.cluster
     core = CoreV1Api(cluster.api_client())
@@ -79,7 +80,7 @@ def test_a_config_map_of_prompts_runs_the_same_requests_as_on_a_laptop(
 
 
 def test_an_unknown_column_fails_as_invalid_config_naming_it(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     CoreV1Api(cluster.api_client()).create_namespaced_config_map(

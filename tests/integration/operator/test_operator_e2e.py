@@ -22,12 +22,12 @@ from batchmark.runner.results.summary import run_summary
 from tests.cli import run_program
 from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import (
-    OperatorProcess,
     benchmark,
     example,
     kubectl_apply,
     wait_for_phase,
 )
+from tests.integration.operator.installed import InstalledOperator
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -60,7 +60,7 @@ def short_run(name: str, seconds: float | None = None, requests: int = 60, **spe
 
 
 def test_lifecycle_columns_wait_events_and_results(
-    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
+    batchmark_operator: InstalledOperator, kube_namespace: str, tmp_path: Path
 ) -> None:
     cluster = batchmark_operator.cluster
     watcher = subprocess.Popen(
@@ -176,7 +176,7 @@ def assert_columns_show_the_headline(cluster: KubeCluster, namespace: str, statu
 
 
 def operator_series(
-    operator: OperatorProcess, name: str, labels: dict[str, str]
+    operator: InstalledOperator, name: str, labels: dict[str, str]
 ) -> dict[frozenset[tuple[str, str]], float]:
     """The operator's samples of one series name whose labels include ``labels``."""
     return {
@@ -197,7 +197,7 @@ def _job_gone(cluster: KubeCluster, namespace: str, name: str) -> bool:
     return not jobs and not config_maps
 
 
-def test_a_sweep_reports_every_benchmark(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+def test_a_sweep_reports_every_benchmark(batchmark_operator: InstalledOperator, kube_namespace: str) -> None:
     cluster = batchmark_operator.cluster
     apply(cluster, kube_namespace, example("simulated-sweep.yaml"))
     found = wait_for_phase(cluster, kube_namespace, "simulated-sweep", {"Succeeded", "Failed"}, 240)
@@ -210,7 +210,7 @@ def test_a_sweep_reports_every_benchmark(batchmark_operator: OperatorProcess, ku
     ]
 
 
-def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+def test_manifest_output_runs_to_succeeded(batchmark_operator: InstalledOperator, kube_namespace: str) -> None:
     cluster = batchmark_operator.cluster
     manifest = run_program(
         [
@@ -264,7 +264,7 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: OperatorProcess, 
 
 
 def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     broken = short_run("broken")
@@ -296,7 +296,7 @@ def test_a_spec_that_cannot_work_fails_with_a_reason_and_the_operator_serves_on(
     assert wait_for_phase(cluster, kube_namespace, "fine", {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"
 
 
-def test_cancel_keeps_partial_results(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+def test_cancel_keeps_partial_results(batchmark_operator: InstalledOperator, kube_namespace: str) -> None:
     cluster = batchmark_operator.cluster
     apply(cluster, kube_namespace, short_run("long", seconds=120))
     wait_for(
@@ -328,7 +328,9 @@ def test_cancel_keeps_partial_results(batchmark_operator: OperatorProcess, kube_
     assert report.complete is False
 
 
-def test_operator_restart_mid_run_makes_no_second_job(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+def test_operator_restart_mid_run_makes_no_second_job(
+    batchmark_operator: InstalledOperator, kube_namespace: str
+) -> None:
     cluster = batchmark_operator.cluster
     apply(cluster, kube_namespace, short_run("survivor", seconds=8))
     wait_for_phase(cluster, kube_namespace, "survivor", {"Running"})
@@ -343,7 +345,7 @@ def test_operator_restart_mid_run_makes_no_second_job(batchmark_operator: Operat
     assert found["status"]["attempts"] == 1
 
 
-def test_a_killed_pod_is_retried_and_counted(batchmark_operator: OperatorProcess, kube_namespace: str) -> None:
+def test_a_killed_pod_is_retried_and_counted(batchmark_operator: InstalledOperator, kube_namespace: str) -> None:
     cluster = batchmark_operator.cluster
     apply(cluster, kube_namespace, short_run("retried", seconds=6, retries=1))
     running = wait_for_phase(cluster, kube_namespace, "retried", {"Running"})
@@ -360,7 +362,7 @@ def test_a_killed_pod_is_retried_and_counted(batchmark_operator: OperatorProcess
 
 
 def test_results_arrive_through_the_termination_message_when_the_api_server_is_unreachable(
-    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
+    batchmark_operator: InstalledOperator, kube_namespace: str, tmp_path: Path
 ) -> None:
     cluster = batchmark_operator.cluster
     # In-cluster clients find the API server by these two variables, which the kubelet sets and the pod's own
@@ -380,7 +382,7 @@ def test_results_arrive_through_the_termination_message_when_the_api_server_is_u
 
 
 def test_not_enough_gpus_waits_in_scheduling_then_runs(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     for index in range(len(cluster.gpu_node_names)):
@@ -413,7 +415,7 @@ def _benchmark_events(cluster: KubeCluster, namespace: str, name: str) -> list[d
 
 
 def test_an_image_that_cannot_be_pulled_waits_in_scheduling_until_its_timeout(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     # Nothing listens on port 9 of this machine: containerd's pull fails at once, and no traffic leaves.
@@ -463,7 +465,7 @@ def test_an_image_that_cannot_be_pulled_waits_in_scheduling_until_its_timeout(
 
 
 def test_a_memory_limit_below_the_runners_needs_ends_failed_oomkilled(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     # The runner on the simulated engine holds about 64 MiB of anonymous memory besides 40 MiB of the image's

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply, wait_for_phase
+from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
+from tests.integration.operator.installed import InstalledOperator
 from tests.integration.operator.test_kueue_queueing import (
     ClusterObjects,
     gpu_queue,
@@ -55,7 +56,7 @@ def short(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def test_phases_never_go_backwards(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=2)

@@ -25,14 +25,13 @@ from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator import forged_writes
 from tests.integration.operator.conftest import (
     ROOT,
-    OperatorProcess,
     benchmark,
     example,
     kubectl_apply,
-    operator_with_the_charts_rbac,
     wait_for_phase,
 )
 from tests.integration.operator.forged_writes import HERE, OPERATORS, SYSTEM, Scene
+from tests.integration.operator.installed import InstalledOperator
 from tests.integration.operator.refusals import assert_never_refused
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -184,69 +183,73 @@ def short_run(name: str) -> dict[str, Any]:
 
 
 def test_the_operator_and_the_runner_hold_exactly_the_table(
-    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path
+    batchmark_operator: InstalledOperator, kube_namespace: str, tmp_path: Path
 ) -> None:
     cluster = batchmark_operator.cluster
-    with operator_with_the_charts_rbac(batchmark_operator, kube_namespace, tmp_path) as (restricted, rbac):
-        for name in ("mine", "other"):
-            applied = kubectl_apply(cluster, kube_namespace, yaml.safe_dump(short_run(name)))
-            assert applied.returncode == 0, applied.stderr
-        for name in ("mine", "other"):
-            found = wait_for_phase(cluster, kube_namespace, name, {"Succeeded", "Failed"}, 180)
-            assert found["status"]["phase"] == "Succeeded", found["status"]
-        restricted.assert_alive()
-        log = restricted.log_path.read_text(errors="replace")
-        assert_never_refused(log)
-
-        # A benchmark in the operator's own namespace, where the policy lets it create nothing: it ends Failed with
-        # the policy's answer at once, instead of being retried for ever.
-        applied = kubectl_apply(cluster, rbac.namespace, yaml.safe_dump(short_run("protected")))
+    # The session's operator: the chart's ServiceAccount, RBAC and admission policies, as installed.
+    restricted, rbac = batchmark_operator, batchmark_operator.rbac()
+    mark = restricted.log_mark()
+    for name in ("mine", "other"):
+        applied = kubectl_apply(cluster, kube_namespace, yaml.safe_dump(short_run(name)))
         assert applied.returncode == 0, applied.stderr
+    for name in ("mine", "other"):
+        found = wait_for_phase(cluster, kube_namespace, name, {"Succeeded", "Failed"}, 180)
+        assert found["status"]["phase"] == "Succeeded", found["status"]
+    restricted.assert_alive()
+    assert_never_refused(restricted.log_since(mark))
+
+    # A benchmark in the operator's own namespace, where the policy lets it create nothing: it ends Failed with
+    # the policy's answer at once, instead of being retried for ever.
+    applied = kubectl_apply(cluster, rbac.namespace, yaml.safe_dump(short_run("protected")))
+    assert applied.returncode == 0, applied.stderr
+    try:
         refused = wait_for_phase(cluster, rbac.namespace, "protected", {"Succeeded", "Failed"}, 60)["status"]
-        assert (refused["phase"], refused["reason"]) == ("Failed", "AdmissionRefused"), refused
-        assert f"{rbac.policy_prefix}-operator-writes" in refused["message"], refused["message"]
+    finally:
+        cluster.kubectl("delete", "bb", "protected", "-n", rbac.namespace, "--wait=false", check=False)
+    assert (refused["phase"], refused["reason"]) == ("Failed", "AdmissionRefused"), refused
+    assert f"{rbac.policy_prefix}-operator-writes" in refused["message"], refused["message"]
 
-        job = cluster.kubectl("get", "job", "mine", "-n", kube_namespace, "-o", "yaml").stdout
-        runner_account = yaml.safe_load(job)["spec"]["template"]["spec"]["serviceAccountName"]
-        users = {"operator": rbac.user, "runner": f"system:serviceaccount:{kube_namespace}:{runner_account}"}
-        namespaces = {HERE: kube_namespace, ELSEWHERE: "default", SYSTEM: "kube-system"}
-        wrong = [
-            f"{check.who} {check.action} in {check.where}: {'refused' if check.allowed else 'allowed'}"
-            for check in TABLE
-            if can_i(cluster, users[check.who], check, namespaces) != check.allowed
-        ]
-        assert not wrong, wrong
+    job = cluster.kubectl("get", "job", "mine", "-n", kube_namespace, "-o", "yaml").stdout
+    runner_account = yaml.safe_load(job)["spec"]["template"]["spec"]["serviceAccountName"]
+    users = {"operator": rbac.user, "runner": f"system:serviceaccount:{kube_namespace}:{runner_account}"}
+    namespaces = {HERE: kube_namespace, ELSEWHERE: "default", SYSTEM: "kube-system"}
+    wrong = [
+        f"{check.who} {check.action} in {check.where}: {'refused' if check.allowed else 'allowed'}"
+        for check in TABLE
+        if can_i(cluster, users[check.who], check, namespaces) != check.allowed
+    ]
+    assert not wrong, wrong
 
-        scene = Scene(
-            namespaces={HERE: kube_namespace, OPERATORS: rbac.namespace, SYSTEM: "kube-system"},
-            mine_uid=benchmark(cluster, kube_namespace, "mine")["metadata"]["uid"],
-            other_uid=benchmark(cluster, kube_namespace, "other")["metadata"]["uid"],
-            mine_pod=runner_pod(cluster, kube_namespace, "mine")["metadata"]["name"],
-            other_pod=runner_pod(cluster, kube_namespace, "other")["metadata"]["name"],
-        )
-        the_roles_and_bindings_it_may_create_are_the_runners(cluster, users["operator"], scene)
+    scene = Scene(
+        namespaces={HERE: kube_namespace, OPERATORS: rbac.namespace, SYSTEM: "kube-system"},
+        mine_uid=benchmark(cluster, kube_namespace, "mine")["metadata"]["uid"],
+        other_uid=benchmark(cluster, kube_namespace, "other")["metadata"]["uid"],
+        mine_pod=runner_pod(cluster, kube_namespace, "mine")["metadata"]["name"],
+        other_pod=runner_pod(cluster, kube_namespace, "other")["metadata"]["name"],
+    )
+    the_roles_and_bindings_it_may_create_are_the_runners(cluster, users["operator"], scene)
 
-        # The forged writes, each sent with the token of its sender: the operator's as it runs, the runner's
-        # bound to its pod as Kubernetes mounts it there.
-        assert restricted.kubeconfig is not None
-        kubeconfigs = {"operator": restricted.kubeconfig, "runner": tmp_path / "runner.kubeconfig"}
-        pod = runner_pod(cluster, kube_namespace, "mine")["metadata"]
-        token = cluster.kubectl(
-            "create", "token", runner_account, "-n", kube_namespace, "--duration=10m",
-            "--bound-object-kind=Pod", f"--bound-object-name={pod['name']}", f"--bound-object-uid={pod['uid']}",
-        ).stdout.strip()  # fmt: skip
-        write_kubeconfig(kubeconfigs["runner"], cluster.server, cluster.pki.ca.certificate, runner_account, token=token)
-        wrong = forged_writes.wrong_answers(cluster.binaries.kubectl, kubeconfigs, scene, rbac.policy_prefix)
-        assert not wrong, "\n".join(wrong)
+    # The forged writes, each sent with the token of its sender: the operator's as it runs, the runner's
+    # bound to its pod as Kubernetes mounts it there.
+    operator_kubeconfig = restricted.account_kubeconfig(tmp_path / "operator.kubeconfig")
+    kubeconfigs = {"operator": operator_kubeconfig, "runner": tmp_path / "runner.kubeconfig"}
+    pod = runner_pod(cluster, kube_namespace, "mine")["metadata"]
+    token = cluster.kubectl(
+        "create", "token", runner_account, "-n", kube_namespace, "--duration=10m",
+        "--bound-object-kind=Pod", f"--bound-object-name={pod['name']}", f"--bound-object-uid={pod['uid']}",
+    ).stdout.strip()  # fmt: skip
+    write_kubeconfig(kubeconfigs["runner"], cluster.server, cluster.pki.ca.certificate, runner_account, token=token)
+    wrong = forged_writes.wrong_answers(cluster.binaries.kubectl, kubeconfigs, scene, rbac.policy_prefix)
+    assert not wrong, "\n".join(wrong)
 
-        # The runner's report: in a ConfigMap it created, owned by its benchmark, named in the status.
-        status = benchmark(cluster, kube_namespace, "mine")["status"]
-        results = cluster.kubectl("get", "configmap", status["resultsConfigMap"], "-n", kube_namespace, "-o", "yaml")
-        config_map = yaml.safe_load(results.stdout)
-        assert config_map["data"]["report.json"]
-        (owner,) = config_map["metadata"]["ownerReferences"]
-        assert (owner["kind"], owner["name"]) == ("BatchBenchmark", "mine")
-        assert owner["uid"] == benchmark(cluster, kube_namespace, "mine")["metadata"]["uid"]
+    # The runner's report: in a ConfigMap it created, owned by its benchmark, named in the status.
+    status = benchmark(cluster, kube_namespace, "mine")["status"]
+    results = cluster.kubectl("get", "configmap", status["resultsConfigMap"], "-n", kube_namespace, "-o", "yaml")
+    config_map = yaml.safe_load(results.stdout)
+    assert config_map["data"]["report.json"]
+    (owner,) = config_map["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("BatchBenchmark", "mine")
+    assert owner["uid"] == benchmark(cluster, kube_namespace, "mine")["metadata"]["uid"]
 
 
 def runner_pod(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:

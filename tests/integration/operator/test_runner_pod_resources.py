@@ -9,14 +9,15 @@ import pytest
 import yaml
 
 from batchmark.operator.controller.children import GPU_TOLERATION
-from tests.integration.operator.conftest import OperatorProcess, example, kubectl_apply
+from tests.integration.operator.conftest import example, kubectl_apply
+from tests.integration.operator.installed import InstalledOperator
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 
 def test_given_resources_are_merged_and_pods_ask_for_cpu_and_memory(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     vllm = example("simulated-throughput.yaml", name="vllm-memory")

@@ -18,18 +18,16 @@ import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api
 from prometheus_client.parser import text_string_to_metric_families
 
-from devtools.cluster import images
 from devtools.cluster.controlplane import locate_runtime_binaries
 from devtools.cluster.ociarchive import write_image_archive
 from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import (
-    OperatorProcess,
     benchmark,
     example,
     kubectl_apply,
-    operator_with_defaults,
     wait_for_phase,
 )
+from tests.integration.operator.installed import InstalledOperator
 from tests.integration.operator.test_kueue_queueing import ClusterObjects, gpu_queue, objects, queued_run
 from tests.polling import wait_for
 
@@ -115,7 +113,7 @@ def assert_ended_at_its_bound(
 
 
 def test_an_image_that_never_pulls_ends_failed_with_the_kubelets_reason(
-    batchmark_operator: OperatorProcess, kube_namespace: str
+    batchmark_operator: InstalledOperator, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     image = "localhost/does-not-exist:1"  # no registry answers for localhost: the pull fails at once
@@ -138,7 +136,7 @@ def test_an_image_that_never_pulls_ends_failed_with_the_kubelets_reason(
     ids=["node-selector", "more-gpus-than-any-node"],
 )
 def test_a_pod_no_node_takes_ends_failed_unschedulable(
-    batchmark_operator: OperatorProcess, kube_namespace: str, spec: dict[str, Any], said: str
+    batchmark_operator: InstalledOperator, kube_namespace: str, spec: dict[str, Any], said: str
 ) -> None:
     cluster = batchmark_operator.cluster
     applied = apply(cluster, kube_namespace, short_run("nowhere", timeouts={"pending": BOUND}, **spec))
@@ -157,22 +155,17 @@ def root_image(kube_cluster: KubeCluster, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def platform_ids_operator(
-    kube_cluster: KubeCluster, kube_namespace: str, batchmark_operator: OperatorProcess, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    """The operator with every ID of the pods null (OpenShift's values): the image's user is the pod's, so a root
-    image meets runAsNonRoot, which the operator always sets."""
-    defaults = {
-        "image": images.TAGS["runner"],
-        "securityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
-    }
-    with operator_with_defaults(kube_cluster, kube_namespace, tmp_path, defaults, batchmark_operator) as operator:
+def platform_ids_operator(batchmark_operator: InstalledOperator) -> Iterator[InstalledOperator]:
+    """The operator upgraded with every ID of the pods null (OpenShift's values): the image's user is the pod's,
+    so a root image meets runAsNonRoot, which the operator always sets."""
+    ids = {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
+    with batchmark_operator.reconfigured({"benchmarkDefaults": {"securityContext": ids}}) as operator:
         yield operator
 
 
 @pytest.mark.images
 def test_a_root_image_under_run_as_non_root_ends_failed_create_container_config_error(
-    platform_ids_operator: OperatorProcess, kube_namespace: str, root_image: str
+    platform_ids_operator: InstalledOperator, kube_namespace: str, root_image: str
 ) -> None:
     cluster = platform_ids_operator.cluster
     manifest = short_run("as-root", image=root_image, timeouts={"containerCreate": BOUND})
@@ -189,7 +182,7 @@ def test_a_root_image_under_run_as_non_root_ends_failed_create_container_config_
     platform_ids_operator.assert_alive()
 
 
-def starting_series(operator: OperatorProcess, namespace: str, name: str) -> float | None:
+def starting_series(operator: InstalledOperator, namespace: str, name: str) -> float | None:
     """The operator's batchmark_operator_benchmark_starting for the benchmark (the stuck-scheduling alert's)."""
     for family in text_string_to_metric_families(operator.metrics()):
         for sample in family.samples:
@@ -214,7 +207,7 @@ def node_label(kube_cluster: KubeCluster) -> Iterator[tuple[str, str]]:
 
 
 def test_a_retry_whose_pod_no_node_takes_says_retrying_then_ends_failed(
-    batchmark_operator: OperatorProcess, kube_namespace: str, node_label: tuple[str, str]
+    batchmark_operator: InstalledOperator, kube_namespace: str, node_label: tuple[str, str]
 ) -> None:
     cluster = batchmark_operator.cluster
     node, key = node_label
@@ -252,7 +245,7 @@ def test_a_retry_whose_pod_no_node_takes_says_retrying_then_ends_failed(
 
 
 def test_time_queued_in_kueue_never_counts_toward_the_bound(
-    batchmark_operator: OperatorProcess, objects: ClusterObjects, kube_namespace: str
+    batchmark_operator: InstalledOperator, objects: ClusterObjects, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
     gpu_queue(objects, kube_namespace, gpus=1)

@@ -12,14 +12,15 @@ from kubernetes.client.exceptions import ApiException
 
 from batchmark.runner.observe.statuswriter import StatusApi, StatusTarget, StatusWriter
 from batchmark.runner.statusfields import parse_summary
-from tests.integration.operator.conftest import OperatorProcess, benchmark, example, kubectl_apply, wait_for_phase
+from tests.integration.operator.conftest import benchmark, example, kubectl_apply, wait_for_phase
+from tests.integration.operator.installed import InstalledOperator
 from tests.unit.runner.results.test_summary import sweep_report
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 
 def test_a_conflicting_status_write_is_retried(
-    batchmark_operator: OperatorProcess, kube_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    batchmark_operator: InstalledOperator, kube_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = batchmark_operator.cluster
     # Cancelled from the start: the operator makes no Job, so this test is the only runner writing.

@@ -1,0 +1,34 @@
+"""A benchmark naming a Kueue queue where Kueue is not installed ends Failed at once, saying so.
+
+A control plane of its own, with one node for the operator as shipped: the session's has Kueue's CRDs once any
+Kueue test ran. Being on its own control plane, it runs beside the session's tests (tests/xdist_scheduling.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cluster_fixtures import load_project_image, start_container_cluster
+from tests.integration.operator.conftest import wait_for_phase, with_the_crd
+from tests.integration.operator.installed import InstalledOperator
+from tests.integration.operator.test_kueue_queueing import apply, queued_run
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
+
+
+def test_without_kueue_a_queue_name_is_refused(tmp_path: Path) -> None:
+    cluster = start_container_cluster(tmp_path / "cluster", gpu_node_names=())
+    try:
+        load_project_image(cluster, "operator")
+        operator = InstalledOperator(with_the_crd(cluster), tmp_path / "operator")
+        operator.install()
+        apply(cluster, "default", queued_run("queued", seconds=1, queue="gpus"))
+        status = wait_for_phase(cluster, "default", "queued", {"Failed"})["status"]
+        operator.assert_alive()
+    finally:
+        cluster.stop()
+    assert status["reason"] == "KueueNotInstalled"
+    assert "Kueue is not installed" in status["message"]
+    assert "queueName" in status["message"]
