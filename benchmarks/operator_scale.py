@@ -242,6 +242,28 @@ def api_waits(cluster: ControlPlane) -> dict[str, dict[str, float]]:
     }
 
 
+def webhook_waits(cluster: ControlPlane) -> dict[str, float]:
+    """Mean seconds the API server spent calling each admission webhook, by webhook, operation and type (its
+    ``apiserver_admission_webhook_admission_duration_seconds``), with the number of calls: with Kueue, every Job
+    the operator creates passes Kueue's mutating and validating webhooks before it is stored, inside the
+    operator's create call."""
+    sums: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(cluster.kubectl("get", "--raw", "/metrics").stdout):
+        if family.name != "apiserver_admission_webhook_admission_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(("_sum", "_count")):
+                labels = sample.labels
+                key = f"{labels.get('name')} {labels.get('operation')} {labels.get('type')}"
+                entry = sums.setdefault(key, [0.0, 0.0])
+                entry[sample.name.endswith("_count")] += sample.value
+    return {
+        f"{key} ({int(count)})": round(total / count, 4)
+        for key, (total, count) in sorted(sums.items(), key=lambda item: -item[1][1])
+        if count
+    }
+
+
 def cpu_steal_ticks() -> int:
     """Ticks the hypervisor took from this machine's CPUs so far (``steal`` in /proc/stat)."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()
@@ -442,6 +464,7 @@ def main() -> int:
                 # Since the control plane started (the operator's start-up and the 200 applies included).
                 "api_requests_top": dict(list(api_requests(cluster).items())[:25]),
                 "api_mean_seconds": api_waits(cluster),
+                "admission_webhook_mean_seconds": webhook_waits(cluster),
                 # CPU seconds the hypervisor gave to others while this run wanted them (of 2 × drain available).
                 "cpu_steal_s": round(steal_seconds, 1),
                 # The operator's own complaints (failed API calls, handler errors): a refresh lost to one leaves

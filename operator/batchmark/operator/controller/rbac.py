@@ -14,7 +14,8 @@ Why each:
   or changing a ConfigMap, Secrets, ...). Kubernetes cannot narrow ``create`` to names, and ``list``/``watch``
   to labels: see the operator's README, "Privileges".
 - events: the transitions it records (and kopf's warnings).
-- customresourcedefinitions and namespaces: kopf discovers its resources and namespaces with them.
+- customresourcedefinitions and namespaces: kopf discovers its resources and namespaces with them (namespaces
+  also when it watches a list of them: the chart keeps both in its ClusterRole with operator.watchNamespaces).
 - Kueue (kueue.x-k8s.io), for benchmarks with spec.queueName: workloads, to follow admission and preemption
   (patch: a cancelled queued benchmark's Workload is deactivated); localqueues and workloadpriorityclasses,
   checked before the Job is created; localqueues/pendingworkloads of Kueue's visibility API
