@@ -333,10 +333,12 @@ def test_deleting_the_pod_kills_its_process(kube_cluster: KubeCluster, kube_name
         pid = running_process(client, kube_namespace, name)
         core.delete_namespaced_pod(name, kube_namespace)
         wait_for("the process to end", lambda: process_gone(pid), timeout_seconds=15)
+        # The kubelet removes the object once it has torn the pod's sandbox down (containerd, the CNI plugins): 4 s
+        # on a quiet machine, over 15 s once beside the vLLM tests on both cores. The process' end is what is timed.
         wait_for(
             "the pod object to be removed",
             lambda: pod_phase(client, kube_namespace, name) is None,
-            timeout_seconds=15,
+            timeout_seconds=60,
         )
 
 
