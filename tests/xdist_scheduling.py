@@ -32,14 +32,15 @@ OWN_CLUSTERS_ONLY = (
     "tests/integration/cluster/test_demo.py",
     "tests/integration/operator/test_without_kueue.py",
 )
-# Seconds each of the longest groups took (--junitxml, summed per group; two workers, d8be2a4), only to start
+# Seconds each of the longest groups took (--junitxml, summed per group; two workers, fcc5136), only to start
 # them first; groups not named here follow, in collection order.
 LONGEST_GROUPS = {
-    SESSION_CLUSTER_GROUP: 1270,
-    VLLM_GROUP: 780,
-    "tests/integration/cluster/test_demo.py": 150,
-    "tests/integration/cluster/test_chart_install.py": 110,
-    "tests/integration/runner/test_faults.py": 60,
+    SESSION_CLUSTER_GROUP: 1290,
+    VLLM_GROUP: 850,
+    "tests/integration/cluster/test_demo.py": 165,
+    "tests/integration/cluster/test_chart_install.py": 120,
+    "tests/integration/runner/test_faults.py": 75,
+    "tests/integration/operator/test_without_kueue.py": 60,
 }
 
 
