@@ -14,7 +14,7 @@ import signal
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,32 +43,18 @@ class LogMark:
     length: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChartRbac:
-    """The chart's RBAC and admission policies (templates/rbac.yaml, admission.yaml and serviceaccount.yaml) as a
-    release installed them."""
+    """Who the chart's RBAC and admission policies (templates/rbac.yaml, admission.yaml, serviceaccount.yaml)
+    name, as a release installed them."""
 
     namespace: str  # the release's, the operator's ServiceAccount's
     service_account: str
     policy_prefix: str  # the policies are <prefix>-operator-writes and <prefix>-runner-writes
-    cluster_scoped: list[tuple[str, str]]  # (kind, name) of what to delete afterwards, where the test installed it
 
     @property
     def user(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
-
-
-def chart_rbac(documents: list[dict[str, Any]], namespace: str) -> ChartRbac:
-    """The ServiceAccount and policy names of the chart's rendered ``documents``."""
-    (account,) = [document for document in documents if document["kind"] == "ServiceAccount"]
-    cluster_scoped = [
-        (document["kind"], document["metadata"]["name"])
-        for document in documents
-        if document["kind"]
-        in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-    ]
-    (policy,) = [name for kind, name in cluster_scoped if kind == "ValidatingAdmissionPolicy" and "-operator-" in name]
-    return ChartRbac(namespace, account["metadata"]["name"], policy.removesuffix("-operator-writes"), cluster_scoped)
 
 
 @dataclass
@@ -79,7 +65,7 @@ class InstalledOperator:
     directory: Path  # the values files helm is given
     release: str = RELEASE
     namespace: str = RELEASE_NAMESPACE
-    values: dict[str, Any] = field(default_factory=dict)  # the values in force, over SESSION_VALUES
+    layers: tuple[dict[str, Any], ...] = ()  # the values files in force after SESSION_VALUES, helm merges them
     metrics_port: int = 8080  # the chart's operator.metrics.port
     health_port: int = 8081  # the chart's operator.health.port
     _restarts: int = 0  # the container restarts that kill() caused, or that were there before install()
@@ -88,19 +74,23 @@ class InstalledOperator:
     def deployment(self) -> str:
         return f"deployment/{self.release}-operator"
 
-    def install(self, values: dict[str, Any] | None = None) -> None:
-        """`helm upgrade --install` with SESSION_VALUES and ``values`` (none: the chart's defaults for the rest),
-        then the operator's pod, a new one where its template changed, answering /healthz.
+    def install(self, *layers: dict[str, Any]) -> None:
+        """`helm upgrade --install` with SESSION_VALUES and ``layers`` as values files, each over the one before
+        (helm merges them; none: the chart's defaults for the rest), then the operator's pod, a new one where its
+        template changed, answering /healthz.
 
         helm's own --wait is not used: it waits for the pod's readiness probe, which comes every 10 s."""
-        self.values = values or {}
+        self.layers = layers
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / "values.yaml"
-        path.write_text(yaml.safe_dump(merged(SESSION_VALUES, self.values)), encoding="utf-8")
+        files: list[str] = []
+        for index, values in enumerate((SESSION_VALUES, *layers)):
+            path = self.directory / f"values-{index}.yaml"
+            path.write_text(yaml.safe_dump(values), encoding="utf-8")
+            files += ["--values", str(path)]
         generation, old_pods = self.generation(), {pod["metadata"]["name"] for pod in self.pods()}
         installed = self.cluster.helm(
             "upgrade", "--install", self.release, str(CHART), "--namespace", self.namespace, "--create-namespace",
-            "--reset-values", "--values", str(path),
+            "--reset-values", *files,
             check=False,
         )  # fmt: skip
         assert installed.returncode == 0, installed.stdout + installed.stderr + self.describe()
@@ -127,23 +117,33 @@ class InstalledOperator:
     def rbac(self) -> ChartRbac:
         manifest = self.cluster.helm("get", "manifest", self.release, "--namespace", self.namespace).stdout
         documents = [document for document in yaml.safe_load_all(manifest) if document]
-        return chart_rbac(documents, self.namespace)
+        (account,) = [document["metadata"]["name"] for document in documents if document["kind"] == "ServiceAccount"]
+        (policy,) = [
+            document["metadata"]["name"]
+            for document in documents
+            if document["kind"] == "ValidatingAdmissionPolicy" and "-operator-" in document["metadata"]["name"]
+        ]
+        return ChartRbac(self.namespace, account, policy.removesuffix("-operator-writes"))
 
     def pods(self) -> list[dict[str, Any]]:
         listed = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-l", COMPONENT, "-o", "json").stdout
         found: list[dict[str, Any]] = json.loads(listed)["items"]
         return found
 
+    def live_pods(self) -> list[dict[str, Any]]:
+        """Its pods not being deleted."""
+        return [pod for pod in self.pods() if not pod["metadata"].get("deletionTimestamp")]
+
     def pod(self) -> dict[str, Any]:
         """The operator's pod (one at a time: the Deployment's strategy is Recreate)."""
-        live = [pod for pod in self.pods() if not pod["metadata"].get("deletionTimestamp")]
+        live = self.live_pods()
         assert len(live) == 1, [pod["metadata"]["name"] for pod in live]
         return live[0]
 
     def healthy(self) -> bool:
         """One pod, its container running and kopf's /healthz answering (what the chart's liveness probe asks;
         its readiness probe comes every 10 s)."""
-        live = [pod for pod in self.pods() if not pod["metadata"].get("deletionTimestamp")]
+        live = self.live_pods()
         if len(live) != 1:
             return False
         status = live[0].get("status") or {}
@@ -223,20 +223,9 @@ class InstalledOperator:
     def reconfigured(self, values: dict[str, Any]) -> Iterator[InstalledOperator]:
         """`helm upgrade` with ``values`` over the session's (e.g. other benchmarkDefaults: the operator restarts
         with them), and back afterwards."""
-        before = self.values
-        self.install(merged(before, values))
+        before = self.layers
+        self.install(*before, values)
         try:
             yield self
         finally:
-            self.install(before)
-
-
-def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` on ``base``, maps merged key by key as helm merges values files."""
-    result = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = merged(result[key], value)
-        else:
-            result[key] = value
-    return result
+            self.install(*before)
