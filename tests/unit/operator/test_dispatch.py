@@ -21,7 +21,7 @@ from batchmark.operator.controller.kube import Kube, api_client
 from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.operator.controller.reconcile import Reconciler
 from batchmark.operator.controller.status import JobView, StatusUpdate
-from batchmark.operator.controller.watched import JOBS_INDEX, PODS_INDEX, WORKLOADS_INDEX
+from batchmark.operator.controller.watched import JOBS_INDEX, LOCAL_QUEUES_INDEX, PODS_INDEX, WORKLOADS_INDEX
 from batchmark.operator.controller.workers import ROUTINE, URGENT, ControllerThreads, PriorityWorkers
 from tests.unit.operator.test_api_client import write_kubeconfig
 
@@ -243,7 +243,7 @@ def job(name: str, complete: bool = False) -> dict[str, Any]:
 
 
 # kopf's indices, by name, as its startup handler is handed them: none of the benchmarks' Jobs, pods, Workloads.
-NO_INDICES: dict[str, Any] = {JOBS_INDEX: {}, PODS_INDEX: {}, WORKLOADS_INDEX: {}}
+NO_INDICES: dict[str, Any] = {JOBS_INDEX: {}, PODS_INDEX: {}, WORKLOADS_INDEX: {}, LOCAL_QUEUES_INDEX: {}}
 
 
 def routed(
@@ -282,7 +282,7 @@ def test_a_childs_event_refreshes_its_benchmark(tmp_path: Path) -> None:
     # kopf's indices, bound once when the dispatch starts: the benchmark Job `bench` (uid job-1); Workloads of
     # other Jobs are other teams'.
     ours = JobView(name="bench", created="2026-01-01T00:00:00Z", uid="job-1")
-    indices = {JOBS_INDEX: {("ns", "bench"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}}
+    indices = {JOBS_INDEX: {("ns", "bench"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}, LOCAL_QUEUES_INDEX: {}}
 
     async def events(dispatch: Dispatch) -> None:
         await dispatch.child_event("Job", "ADDED", "ns", "bench", labels, job("bench"))

@@ -7,12 +7,21 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
+from kubernetes.client import ApiClient, ApisApi, V1APIGroup, V1APIGroupList, V1GroupVersionForDiscovery
 
 from batchmark.operator.controller.children import Owner, job
-from batchmark.operator.controller.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadView
+from batchmark.operator.controller.kube import KueueApi
+from batchmark.operator.controller.kueue import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    WorkloadView,
+)
 from batchmark.operator.controller.status import JobView, Observation, build_status
 from batchmark.operator.controller.watched import (
     JOBS_INDEX,
+    LOCAL_QUEUES_INDEX,
     PODS_INDEX,
     WORKLOADS_INDEX,
     ApiChildren,
@@ -196,7 +205,7 @@ def test_the_queued_example_is_a_valid_queued_benchmark() -> None:
 def test_only_the_workloads_of_the_benchmarks_jobs_are_followed() -> None:
     """Another team's Kueue Workloads (their Job is no benchmark's, or only named like one) are left alone."""
     ours = JobView(name="sweep", created="2026-01-01T00:00:00Z", uid="job-uid-1")
-    indexed = {JOBS_INDEX: {("team-a", "sweep"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}}
+    indexed = {JOBS_INDEX: {("team-a", "sweep"): [ours]}, PODS_INDEX: {}, WORKLOADS_INDEX: {}, LOCAL_QUEUES_INDEX: {}}
     indices = IndexedChildren(indexed, cast(ApiChildren, None))
 
     def owned_by(name: str, uid: str, api_version: str = "batch/v1") -> dict[str, Any]:
@@ -208,3 +217,56 @@ def test_only_the_workloads_of_the_benchmarks_jobs_are_followed() -> None:
     assert benchmark_job_of(indices, "team-b", owned_by("sweep", "job-uid-1")) is None
     assert benchmark_job_of(indices, "team-a", owned_by("sweep", "job-uid-1", "jobset.x-k8s.io/v1alpha2")) is None
     assert benchmark_job_of(indices, "team-a", {}) is None
+
+
+class QueuesOfTheApiServer:
+    """The API server's answer for LocalQueues the index does not hold, with the lookups it was asked."""
+
+    def __init__(self, existing: set[tuple[str, str]]) -> None:
+        self.existing = existing
+        self.asked: list[tuple[str, str]] = []
+
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        self.asked.append((namespace, name))
+        return (namespace, name) in self.existing
+
+
+def test_a_local_queue_in_the_index_costs_no_call_and_one_not_in_it_is_asked_of_the_api_server() -> None:
+    api = QueuesOfTheApiServer(existing={("team-a", "made-a-moment-ago")})
+    indexed = {JOBS_INDEX: {}, PODS_INDEX: {}, WORKLOADS_INDEX: {}, LOCAL_QUEUES_INDEX: {("team-a", "gpus"): [True]}}
+    queues = IndexedChildren(indexed, cast(ApiChildren, api))
+    assert queues.local_queue_exists("team-a", "gpus")
+    assert api.asked == []
+    assert queues.local_queue_exists("team-a", "made-a-moment-ago")  # not yet in kopf's index
+    assert not queues.local_queue_exists("team-a", "no-such-queue")
+    assert not queues.local_queue_exists("team-b", "gpus")  # another namespace's namesake
+    assert api.asked == [("team-a", "made-a-moment-ago"), ("team-a", "no-such-queue"), ("team-b", "gpus")]
+
+
+class Discovery:
+    """The API server's discovery (/apis), serving Kueue's group from the given call on, counting the calls."""
+
+    def __init__(self, served_from_call: int) -> None:
+        self.served_from_call = served_from_call
+        self.calls = 0
+
+    def get_api_versions(self) -> V1APIGroupList:
+        self.calls += 1
+        groups = [
+            V1APIGroup(name="batch", versions=[V1GroupVersionForDiscovery(group_version="batch/v1", version="v1")])
+        ]
+        if self.calls >= self.served_from_call:
+            version = V1GroupVersionForDiscovery(group_version=f"{KUEUE_GROUP}/{KUEUE_VERSION}", version=KUEUE_VERSION)
+            groups.append(V1APIGroup(name=KUEUE_GROUP, versions=[version]))
+        return V1APIGroupList(groups=groups)
+
+
+def test_kueue_installed_after_the_operator_started_is_found_and_then_no_longer_asked_for() -> None:
+    kueue_api = KueueApi(ApiClient())
+    discovery = Discovery(served_from_call=3)
+    kueue_api.apis = cast(ApisApi, discovery)
+    assert not kueue_api.installed()
+    assert not kueue_api.installed()
+    assert kueue_api.installed()
+    assert kueue_api.installed()
+    assert discovery.calls == 3

@@ -266,6 +266,9 @@ class QueuedChildren:
     def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
         return True
 
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        return True
+
 
 def reconciler_with(fetch: FakeVisibility) -> tuple[Reconciler, FakeKube]:
     kube = FakeKube()

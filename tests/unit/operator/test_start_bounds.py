@@ -407,6 +407,9 @@ class StuckChildren:
     def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
         return True
 
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        return True
+
 
 @pytest.mark.parametrize("queued", [False, True], ids=["plain", "kueue"])
 def test_a_benchmark_its_bound_ended_has_its_job_stopped_an_event_and_no_more_deadline(queued: bool) -> None:

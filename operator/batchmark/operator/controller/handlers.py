@@ -21,9 +21,11 @@ from batchmark.operator.controller import kueue
 from batchmark.operator.controller.dispatch import Dispatch, RetryLater
 from batchmark.operator.controller.watched import (
     JOBS_INDEX,
+    LOCAL_QUEUES_INDEX,
     PODS_INDEX,
     WORKLOADS_INDEX,
     job_entry,
+    local_queue_entry,
     pod_entry,
     workload_entry,
 )
@@ -103,6 +105,10 @@ def build_registry() -> kopf.OperatorRegistry:
     @kopf.index(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "workloads", id=WORKLOADS_INDEX, registry=registry)
     async def job_workloads(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
         return workload_entry(namespace, labels, body)
+
+    @kopf.index(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, "localqueues", id=LOCAL_QUEUES_INDEX, registry=registry)
+    async def local_queues(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+        return local_queue_entry(namespace, body)
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)

@@ -210,6 +210,7 @@ class KueueApi:
         self.apis = client.ApisApi(api)
         self.custom = client.CustomObjectsApi(api)
         self.kube = Kube(api)
+        self._served = False  # Kueue's API was found served (``installed``)
 
     def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
         """The LocalQueue's pending Workloads with their positions (Kueue's visibility API, an aggregated API:
@@ -221,13 +222,21 @@ class KueueApi:
         return self.kube.request("GET", path)
 
     def installed(self) -> bool:
-        """Whether the API server serves Kueue's API (its CRDs are installed). Discovery needs no RBAC."""
+        """Whether the API server serves Kueue's API (its CRDs are installed). Discovery needs no RBAC.
+
+        Once it answered yes, it is not asked again: asked for each queued benchmark, it was a round trip before
+        their children when hundreds were applied at once. (Kueue uninstalled later: their LocalQueues are gone
+        too, and the benchmark is refused for that.) Until then it is asked each time, so that Kueue installed
+        after the operator started is found."""
+        if self._served:
+            return True
         groups = self.apis.get_api_versions().groups or []
-        return any(
+        self._served = any(
             group.name == kueue.KUEUE_GROUP
             and any(version.version == kueue.KUEUE_VERSION for version in group.versions or [])
             for group in groups
         )
+        return self._served
 
     def _exists(self, read: Callable[[], object]) -> bool:
         try:

@@ -17,8 +17,9 @@ Why each:
 - customresourcedefinitions and namespaces: kopf discovers its resources and namespaces with them (namespaces
   also when it watches a list of them: the chart keeps both in its ClusterRole with operator.watchNamespaces).
 - Kueue (kueue.x-k8s.io), for benchmarks with spec.queueName: workloads, to follow admission and preemption
-  (patch: a cancelled queued benchmark's Workload is deactivated); localqueues and workloadpriorityclasses,
-  checked before the Job is created; localqueues/pendingworkloads of Kueue's visibility API
+  (patch: a cancelled queued benchmark's Workload is deactivated); localqueues (watched: a queued benchmark's
+  is looked up in kopf's index) and workloadpriorityclasses, checked before the Job is created;
+  localqueues/pendingworkloads of Kueue's visibility API
   (visibility.kueue.x-k8s.io), read for the positions of the Queued benchmarks (one GET per LocalQueue).
 """
 
@@ -42,6 +43,7 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloadpriorityclasses"], "verbs": ["get"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloadpriorityclasses"], "verbs": ["get"]},
     {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
 ]

@@ -142,7 +142,7 @@ class Reconciler:
                 f"spec.queueName is {spec.queue_name!r} but Kueue is not installed in this cluster (no"
                 f" {kueue.KUEUE_GROUP}/{kueue.KUEUE_VERSION} API); install Kueue or remove queueName",
             )
-        if not self.kueue.local_queue_exists(namespace, spec.queue_name):
+        if not self.children.local_queue_exists(namespace, spec.queue_name):
             raise QueueRefused(
                 Reason.LOCAL_QUEUE_NOT_FOUND,
                 f"spec.queueName: LocalQueue {spec.queue_name!r} does not exist in namespace {namespace!r};"

@@ -1,4 +1,5 @@
-"""What the operator knows of each benchmark's Job, pods and Kueue Workload, when it builds a status.
+"""What the operator knows of each benchmark's Job, pods and Kueue Workload, when it builds a status, and of the
+LocalQueues a queued benchmark names, when it creates one.
 
 ``ApiChildren`` reads them from the API server: a GET of the Job, a LIST of its pods, a LIST of Workloads.
 Done on every event of every benchmark, those reads were most of the operator's calls to the API server, and
@@ -22,6 +23,7 @@ BENCHMARK_LABEL = "batchmark.dev/benchmark"
 JOBS_INDEX = "benchmark_jobs"
 PODS_INDEX = "benchmark_pods"
 WORKLOADS_INDEX = "job_workloads"
+LOCAL_QUEUES_INDEX = "local_queues"
 
 
 class Children(Protocol):
@@ -37,6 +39,10 @@ class Children(Protocol):
 
     def is_benchmark_job(self, namespace: str, name: str, uid: str) -> bool:
         """Whether the Job of that name and uid is a benchmark's (labelled as one)."""
+        ...
+
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        """Whether Kueue's LocalQueue of that name exists in the namespace (Kueue's API is served)."""
         ...
 
 
@@ -64,6 +70,9 @@ class ApiChildren:
         metadata = (found or {}).get("metadata") or {}
         return metadata.get("uid") == uid and BENCHMARK_LABEL in (metadata.get("labels") or {})
 
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        return self.kueue.local_queue_exists(namespace, name)
+
 
 # The index functions: each object of the kind, as the view the status reads, under the key it is looked up by.
 def job_entry(namespace: str | None, labels: Mapping[str, str], body: Mapping[str, Any]) -> dict[Any, Any] | None:
@@ -81,6 +90,11 @@ def workload_entry(namespace: str | None, labels: Mapping[str, str], body: Mappi
     return {(namespace, job_uid): WorkloadView.from_dict(body)} if namespace and job_uid else None
 
 
+def local_queue_entry(namespace: str | None, body: Mapping[str, Any]) -> dict[Any, Any] | None:
+    name = (body.get("metadata") or {}).get("name")
+    return {(namespace, name): True} if namespace and name else None
+
+
 def benchmark_job_of(children: Children, namespace: str, workload_metadata: Mapping[str, Any]) -> str | None:
     """The name of the benchmark Job that owns the Workload; None for a Workload of any other Job (another
     team's, or a namesake's), which the operator leaves alone."""
@@ -96,15 +110,18 @@ def benchmark_job_of(children: Children, namespace: str, workload_metadata: Mapp
 class IndexedChildren:
     """Read from kopf's indices (``indices``: the ``kopf.Index`` objects kopf hands every handler, by name).
 
-    A Workload the index does not hold is looked for in the API server (``api``): Kueue makes it only after
-    the Job, and its index starts only once Kueue's CRDs exist, which may be long after the operator started;
-    a lookup that finds nothing there must not be taken for a Workload that does not exist.
+    A Workload or LocalQueue the index does not hold is looked for in the API server (``api``): Kueue makes a
+    Workload only after the Job, a LocalQueue may have been created a moment ago, and their indices start only
+    once Kueue's CRDs exist, which may be long after the operator started; a lookup that finds nothing there must
+    not be taken for an object that does not exist. A queued benchmark's LocalQueue is nearly always in the
+    index: with 200 applied at once, a GET of it for each was a round trip before any of their children.
     """
 
     def __init__(self, indices: Mapping[str, Any], api: ApiChildren) -> None:
         self.jobs = indices[JOBS_INDEX]
         self.pods_index = indices[PODS_INDEX]
         self.workloads = indices[WORKLOADS_INDEX]
+        self.local_queues = indices[LOCAL_QUEUES_INDEX]
         self.api = api
 
     def job(self, namespace: str, name: str, owner_uid: str) -> JobView | None:
@@ -122,3 +139,6 @@ class IndexedChildren:
     def workload(self, namespace: str, job_uid: str) -> WorkloadView | None:
         found: list[WorkloadView] = list(self.workloads.get((namespace, job_uid), ()))
         return found[0] if found else self.api.workload(namespace, job_uid)
+
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self.local_queues or self.api.local_queue_exists(namespace, name)
