@@ -61,8 +61,19 @@ def built_image(target: str) -> Path:
         _skip_or_fail(ClusterBinariesMissingError(str(error)))
 
 
+def load_saved_image(cluster: KubeCluster, target: str) -> str:
+    """`load_project_image` for an image of several GB (the CPU runner's): streamed from podman onto the untainted
+    nodes (where CPU benchmarks run) with no archive on disk; its tag."""
+    try:
+        save, pinned = images.save_command(target)
+    except images.ImageBuildError as error:
+        _skip_or_fail(ClusterBinariesMissingError(str(error)))
+    cluster.load_saved_image(save, {pinned: [images.TAGS[target], *images.default_names(target)]}, untainted_only=True)
+    return images.TAGS[target]
+
+
 def load_project_image(cluster: KubeCluster, target: str) -> str:
-    """Build `target` (operator or runner) and put it on the nodes of `cluster`, also under the names the
+    """Build `target` (operator, runner or runner-cpu) and put it on the nodes of `cluster`, also under the names the
     chart and the operator use by default (images.default_names), so that no test needs to name it; its tag.
     The operator's image goes to the untainted nodes alone: its Deployment tolerates no taint."""
     names = {images.TAGS[target]: images.default_names(target)}
@@ -74,15 +85,18 @@ def start_container_cluster(
     run_directory: Path,
     gpu_node_names: tuple[str, ...] = ("gpu-node-0", "gpu-node-1"),
     cpu_node_names: tuple[str, ...] = ("cpu-node-0",),
+    runner: bool = True,
 ) -> KubeCluster:
-    """A started control plane whose nodes are real kubelets over containerd, holding the runner image."""
+    """A started control plane whose nodes are real kubelets over containerd, holding the runner image (unless
+    `runner` is False: a cluster whose benchmarks run in another image)."""
     binaries = required_binaries()
     required_runtime()
-    runner = built_image("runner")
+    archive = built_image("runner") if runner else None
     control_plane = ControlPlane(run_directory, binaries, gpu_node_names, cpu_node_names, runtime="containers")
     try:
         control_plane.start()
-        control_plane.load_images([runner], {images.TAGS["runner"]: images.default_names("runner")})
+        if archive is not None:
+            control_plane.load_images([archive], {images.TAGS["runner"]: images.default_names("runner")})
     except BaseException:
         control_plane.stop()
         raise

@@ -36,7 +36,7 @@ OWN_CLUSTERS_ONLY = (
 # them first; groups not named here follow, in collection order.
 LONGEST_GROUPS = {
     SESSION_CLUSTER_GROUP: 1290,
-    VLLM_GROUP: 850,
+    VLLM_GROUP: 1115,  # 850 on fcc5136, and test_vllm_in_a_pod's 265 measured alone
     "tests/integration/cluster/test_demo.py": 165,
     "tests/integration/cluster/test_chart_install.py": 120,
     "tests/integration/runner/test_faults.py": 75,

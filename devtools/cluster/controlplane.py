@@ -582,6 +582,17 @@ class ControlPlane:
             if not (untainted_only and node.taints):
                 node.import_images(archives, names)
 
+    def load_saved_image(
+        self, save: Sequence[str], names: Mapping[str, Sequence[str]], untainted_only: bool = False
+    ) -> None:
+        """Put an image on every node (or the untainted ones) from the command that saves it to its standard
+        output (images.save_command), with no archive on disk: for an image of several GB (the CPU runner's)."""
+        if self.runtime != "containers":
+            raise ClusterError("images are loaded onto nodes of the containers runtime only")
+        for node in self._kubelet_nodes:
+            if not (untainted_only and node.taints):
+                node.import_saved(save, names)
+
     def api_client(self) -> ApiClient:
         """A client of the official `kubernetes` package, authenticated as the admin: one per control plane and
         process, reused by every call. A new client per call made its own TLS connection: 21 ms of the

@@ -1,6 +1,6 @@
-"""The project's two images, built from the Dockerfile with podman the way the tests build them (no registry and
-no network: the Debian base and the wheelhouse come from scripts/setup/images.sh), and saved as archives that
-the containers runtime's nodes import.
+"""The project's images (the operator, the runner, the CPU runner with vLLM's CPU build), built from the Dockerfile
+with podman the way the tests build them (no registry and no network: the Debian base and the wheelhouse come from
+scripts/setup/images.sh), and saved as archives that the containers runtime's nodes import.
 
 podman keeps the layers, so a build after an unchanged tree takes seconds; a saved archive is kept per image
 ID under ~/.cache/batchmark/images/archives (BATCHMARK_IMAGES_CACHE moves the root), the earlier ones of the
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -27,23 +28,29 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 # How long an archive no session has asked for stays beside the newest of its image.
 ARCHIVE_KEPT_SECONDS = 3600
-TAGS = {"operator": "localhost/batchmark-operator:test", "runner": "localhost/batchmark-runner:test"}
+TAGS = {
+    "operator": "localhost/batchmark-operator:test",
+    "runner": "localhost/batchmark-runner:test",
+    "runner-cpu": "localhost/batchmark-runner-cpu:test",
+}
 
 
 def default_names(target: str) -> list[str]:
     """The names under which the nodes also hold the image: those the chart's values (`batchmark-runner` and
     `batchmark-operator` at the chart's appVersion, Docker Hub's library as a container runtime reads a bare
     name) and the operator's default runner image name, so that manifests written by them run unchanged."""
-    from batchmark.operator.resource.api import DEFAULT_IMAGE
+    from batchmark.operator.resource.api import DEFAULT_CPU_IMAGE, DEFAULT_IMAGE
 
     names = [f"docker.io/library/{chart_image(target)}"]
-    if target == "runner":
-        names.append(DEFAULT_IMAGE)
+    operators_default = {"runner": DEFAULT_IMAGE, "runner-cpu": DEFAULT_CPU_IMAGE}.get(target)
+    if operators_default is not None:
+        names.append(operators_default)
     return names
 
 
 def chart_image(target: str) -> str:
-    """The image name the chart's values give `target` (operator or runner): `batchmark-<target>:<appVersion>`."""
+    """The image name the chart's values give `target` (operator, runner or runner-cpu):
+    `batchmark-<target>:<appVersion>`."""
     chart = yaml.safe_load((ROOT / "charts" / "batchmark" / "Chart.yaml").read_text())
     return f"batchmark-{target}:{chart['appVersion']}"
 
@@ -90,8 +97,9 @@ def podman(*arguments: str, timeout: float = 900) -> subprocess.CompletedProcess
     )
 
 
-def build_inputs() -> tuple[str, str]:
-    """The locally made base image and the wheelhouse; ImageBuildError when scripts/setup/images.sh has not run."""
+def build_inputs() -> tuple[str, str, str]:
+    """The locally made base image, the wheelhouse and the CPU runner's wheelhouse; ImageBuildError when
+    scripts/setup/images.sh has not run."""
     if shutil.which("podman") is None:
         raise ImageBuildError("podman is not installed: run scripts/setup/images.sh (scripts/test does)")
     located = subprocess.run(
@@ -99,8 +107,8 @@ def build_inputs() -> tuple[str, str]:
     )
     if located.returncode != 0:
         raise ImageBuildError(located.stderr.strip())
-    base, wheelhouse = located.stdout.split()
-    return base, wheelhouse
+    base, wheelhouse, cpu_wheelhouse = located.stdout.split()
+    return base, wheelhouse, cpu_wheelhouse
 
 
 def built_archive(target: str) -> Path:
@@ -109,14 +117,36 @@ def built_archive(target: str) -> Path:
         return _saved_archive(_build(target))
 
 
+def save_command(target: str) -> tuple[list[str], str]:
+    """The Dockerfile's `target` built, and the command that writes it to its standard output as a `podman save`
+    archive, with the name that archive carries: a tag made of its image ID, which no later build moves (the test
+    tag does, when another clone builds), so the command saves this build whenever it runs."""
+    with exclusive():
+        tag = _build(target)
+        inspected = podman("image", "inspect", "--format", "{{.Id}}", tag)
+        if inspected.returncode != 0:
+            raise ImageBuildError(inspected.stderr.strip())
+        pinned = f"{tag.rsplit(':', 1)[0]}:{inspected.stdout.strip()[:16]}"
+        tagged = podman("tag", tag, pinned)
+        if tagged.returncode != 0:
+            raise ImageBuildError(tagged.stderr.strip())
+        # The earlier builds' pinned tags would keep each of them in podman's store (7 GB for the CPU runner).
+        repository = tag.rsplit(":", 1)[0]
+        listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", repository)
+        for name in listed.stdout.split():
+            if name != pinned and re.fullmatch(rf"{re.escape(repository)}:[0-9a-f]{{16}}", name):
+                podman("rmi", name)
+    return ["podman", "save", "--format", "docker-archive", pinned], pinned
+
+
 def build(target: str) -> str:
-    """Build the Dockerfile's `target` (operator or runner) on the local base; its tag."""
+    """Build the Dockerfile's `target` (operator, runner or runner-cpu) on the local base; its tag."""
     with exclusive():
         return _build(target)
 
 
 def _build(target: str) -> str:
-    base, wheelhouse = build_inputs()
+    base, wheelhouse, cpu_wheelhouse = build_inputs()
     tag = TAGS[target]
     built = podman(
         "build",
@@ -130,10 +160,12 @@ def _build(target: str) -> str:
         tag,
         "--volume",
         f"{wheelhouse}:/wheelhouse:ro",
+        "--volume",
+        f"{cpu_wheelhouse}:/wheelhouse-cpu:ro",
         "--build-arg",
         "PIP_NO_INDEX=1",
         "--build-arg",
-        "PIP_FIND_LINKS=/wheelhouse",
+        "PIP_FIND_LINKS=/wheelhouse /wheelhouse-cpu",
         "--build-arg",
         f"PYTHON_IMAGE={base}",
         "--build-arg",

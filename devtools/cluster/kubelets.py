@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -536,10 +537,44 @@ state = "{state}"
 
     def import_images(self, archives: Iterable[Path], names: Mapping[str, Sequence[str]] | None = None) -> None:
         """Import image archives (`podman save` or OCI); `names` adds more names to an imported image."""
-        ctr: list[str | Path] = [self.binaries.ctr, "--address", self.socket, "--namespace", CONTAINERD_NAMESPACE]
         for archive in archives:
-            _run([*ctr, "images", "import", archive], timeout=600)
-        for image, extra_names in (names or {}).items():
+            _run([*self._ctr(), "images", "import", archive], timeout=600)
+        self._name(names or {})
+
+    def import_saved(self, save: Sequence[str], names: Mapping[str, Sequence[str]]) -> None:
+        """Import the archive that the command `save` writes to its standard output, without a copy on disk, and
+        keep only its unpacked layers (the image's files), not the archive's layers as well: for an image of
+        several GB, each copy is as large again."""
+        with (
+            tempfile.TemporaryFile() as save_errors,
+            subprocess.Popen(list(save), stdout=subprocess.PIPE, stderr=save_errors) as saving,
+        ):
+            imported = subprocess.run(
+                [*map(str, self._ctr()), "images", "import", "--local", "--discard-unpacked-layers", "-"],
+                stdin=saving.stdout,
+                capture_output=True,
+                text=True,
+                timeout=1200,
+                check=False,
+            )
+            assert saving.stdout is not None
+            saving.stdout.close()  # podman then ends on a broken pipe, not blocked, when ctr stopped reading
+            saving.wait(timeout=60)
+            save_errors.seek(0)
+            saved_error = save_errors.read().decode(errors="replace")
+        if saving.returncode != 0 or imported.returncode != 0:
+            raise ContainersRuntimeError(
+                f"{' '.join(save)} | ctr images import failed ({saving.returncode}, {imported.returncode}):"
+                f" {saved_error.strip()} {imported.stderr.strip()}"
+            )
+        self._name(names)
+
+    def _ctr(self) -> list[str | Path]:
+        return [self.binaries.ctr, "--address", self.socket, "--namespace", CONTAINERD_NAMESPACE]
+
+    def _name(self, names: Mapping[str, Sequence[str]]) -> None:
+        ctr = self._ctr()
+        for image, extra_names in names.items():
             for extra in extra_names:
                 _run([*ctr, "images", "tag", "--force", image, extra])
                 # Also by digest (`repository@sha256:...`), as a pull records it: a manifest that pins the

@@ -4,23 +4,31 @@
 # pinned package, so that the Dockerfile's builds run with no network at all (PIP_NO_INDEX). Idempotent; the
 # base image and the wheelhouse are cached under ~/.cache/batchmark/images (BATCHMARK_IMAGES_CACHE moves it).
 # Prints nothing but a summary when everything is there.
-# `--locate` installs nothing: it prints the base image and the wheelhouse (the tests' inputs), one per line,
-# and fails when either is missing. `--packages` installs only the system packages (apt, with sudo), so that
+# `--locate` installs nothing: it prints the base image, the wheelhouse and the CPU runner's wheelhouse (the tests'
+# inputs), one per line, and fails when any is missing. `--packages` installs only the system packages (apt, with sudo), so that
 # scripts/test can run the rest, downloads mostly, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cache="${BATCHMARK_IMAGES_CACHE:-$HOME/.cache/batchmark/images}"
-base_image=localhost/batchmark-test-base:bookworm
+# The base's Debian packages: Python, and libnuma1, which vLLM's CPU kernels link (the CPU runner's Dockerfile
+# stage installs it where its base lacks it; this base has it, so that the build needs no network).
+base_packages=python3,python3-venv,libnuma1
+base_key="$(echo "$base_packages" | sha256sum | cut -c1-8)"
+base_image="localhost/batchmark-test-base:bookworm-$base_key"
 # The wheelhouse is keyed by what decides its content: the pins and the build backend's requirement.
 build_backend="$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')"
 key="$( (cat docker/operator-requirements.txt docker/runner-constraints.txt; echo "$build_backend") | sha256sum | cut -c1-16)"
 wheelhouse="$cache/wheelhouse-$key"
+# The CPU runner's packages (vLLM's CPU build, PyTorch, Ray: ~3 GB), a wheelhouse of their own, keyed by their pins.
+cpu_key="$(sha256sum docker/runner-cpu-requirements.txt | cut -c1-16)"
+cpu_wheelhouse="$cache/wheelhouse-cpu-$cpu_key"
 if [ "${1:-}" = --locate ]; then
-    command -v podman >/dev/null && podman image exists "$base_image" && [ -f "$wheelhouse/.complete" ] || {
+    command -v podman >/dev/null && podman image exists "$base_image" && [ -f "$wheelhouse/.complete" ] \
+        && [ -f "$cpu_wheelhouse/.complete" ] || {
         echo "the image build's inputs are missing: run scripts/setup/images.sh" >&2
         exit 1
     }
-    printf '%s\n%s\n' "$base_image" "$wheelhouse"
+    printf '%s\n%s\n%s\n' "$base_image" "$wheelhouse" "$cpu_wheelhouse"
     exit 0
 fi
 mkdir -p "$cache"
@@ -43,10 +51,11 @@ fi
 
 # The base: Debian bookworm's minimal system with Python 3.11 and venv, as a tarball (~65 s, 225 MB) imported
 # into podman's store. It stands in for both python:3.11-slim-bookworm and vLLM's image in the tests.
-tarball="$cache/bookworm-python3.tar"
+tarball="$cache/bookworm-$base_key.tar"
 if [ ! -s "$tarball" ]; then
-    mmdebstrap --quiet --format=tar --variant=minbase --include=python3,python3-venv bookworm "$tarball.partial"
+    mmdebstrap --quiet --format=tar --variant=minbase --include="$base_packages" bookworm "$tarball.partial"
     mv "$tarball.partial" "$tarball"
+    find "$cache" -maxdepth 1 -name 'bookworm-*.tar' ! -path "$tarball" -delete
 fi
 if ! podman image exists "$base_image"; then
     podman import --quiet "$tarball" "$base_image" >/dev/null
@@ -60,4 +69,13 @@ if [ ! -f "$wheelhouse/.complete" ]; then
         -r docker/operator-requirements.txt -c docker/runner-constraints.txt $build_backend
     touch "$wheelhouse/.complete"
 fi
-echo "images: podman $(podman version --format '{{.Client.Version}}'), base $base_image, wheelhouse $wheelhouse"
+# The CPU runner installs its complete lock with --no-deps: its wheels alone (the batchmark wheel is built with the
+# first wheelhouse). Previous CPU wheelhouses go: each is 3 GB.
+if [ ! -f "$cpu_wheelhouse/.complete" ]; then
+    rm -rf "$cpu_wheelhouse"
+    PIP_FIND_LINKS= .venv/bin/python -m pip wheel --quiet --no-deps --wheel-dir "$cpu_wheelhouse" \
+        -r docker/runner-cpu-requirements.txt
+    find "$cache" -maxdepth 1 -name 'wheelhouse-cpu-*' ! -path "$cpu_wheelhouse" -exec rm -rf {} +
+    touch "$cpu_wheelhouse/.complete"
+fi
+echo "images: podman $(podman version --format '{{.Client.Version}}'), base $base_image, wheelhouse $wheelhouse, CPU runner's $cpu_wheelhouse"

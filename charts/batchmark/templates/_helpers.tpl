@@ -67,6 +67,8 @@ app.kubernetes.io/component: operator
 {{- define "batchmark.operatorDefaults" -}}
 {{- $d := .Values.benchmarkDefaults }}
 {{- $out := dict "image" (include "batchmark.image" (list $d.image .)) "imagePullPolicy" $d.image.pullPolicy }}
+{{- $_ := set $out "device" $d.device }}
+{{- $_ := set $out "cpuImage" (include "batchmark.image" (list $d.cpuImage .)) }}
 {{- with $d.imagePullSecrets }}{{ $_ := set $out "imagePullSecrets" (include "batchmark.pullSecrets" . | fromYaml).secrets }}{{ end }}
 {{- with $d.resources }}{{ $_ := set $out "resources" . }}{{ end }}
 {{- with $d.tolerations }}{{ $_ := set $out "tolerations" . }}{{ end }}

@@ -216,6 +216,18 @@ def test_the_dashboards_ship_as_configmaps_for_grafanas_sidecar() -> None:
     assert all("k8s-sidecar/folder" in m["metadata"]["annotations"] for m in maps)
 
 
+def plain_spec() -> BatchBenchmarkSpec:
+    """A benchmark that names nothing the operator's defaults give (image, device, resources)."""
+    return BatchBenchmarkSpec.model_validate(
+        {
+            "backend": {"model": "Qwen/Qwen3-0.6B"},
+            "data": {"promptTokens": 16, "outputTokens": 8},
+            "profile": {"kind": "throughput"},
+            "constraints": [{"kind": "max_requests", "count": 10}],
+        }
+    )
+
+
 def defaults_file(documents: list[dict[str, Any]]) -> dict[str, Any]:
     (configmap,) = find(documents, "ConfigMap", "-defaults")
     loaded: dict[str, Any] = yaml.safe_load(configmap["data"]["defaults.yaml"])
@@ -224,7 +236,9 @@ def defaults_file(documents: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
     assert defaults_file(render()) == {
+        "device": "gpu",
         "image": "batchmark-runner:0.1.0",
+        "cpuImage": "batchmark-runner-cpu:0.1.0",
         "imagePullPolicy": "IfNotPresent",
         "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
         "timeouts": {"pending": 3600, "imagePull": 900, "containerCreate": 900},
@@ -233,8 +247,10 @@ def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
     OperatorDefaults.model_validate(custom)  # what the operator reads with --defaults (unknown keys refused)
     OperatorDefaults.model_validate(defaults_file(render()))
     assert custom == {
+        "device": "gpu",
         "image": "registry.example.com:5000/ml/batchmark-runner@sha256:"
         "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+        "cpuImage": "registry.example.com:5000/ml/batchmark-runner-cpu:0.1.0-cpu",
         "imagePullPolicy": "Always",
         "imagePullSecrets": [{"name": "registry-credentials"}],
         "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "64Gi"}, "requests": {"cpu": "8", "memory": "32Gi"}},
@@ -255,6 +271,17 @@ def test_a_change_of_defaults_rolls_the_operator() -> None:
         return value
 
     assert checksum(render()) != checksum(render(sets=["benchmarkDefaults.queueName=other"]))
+
+
+def test_a_cluster_of_cpu_nodes_runs_every_benchmark_on_cpu_in_the_cpu_runner_image() -> None:
+    rendered = defaults_file(render(sets=["benchmarkDefaults.device=cpu"]))
+    defaults = OperatorDefaults.model_validate(rendered)
+    spec = plain_spec()
+    job = children.job(children.Owner("team", "on-cpu", "uid-1"), defaults.apply(spec))
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "batchmark-runner-cpu:0.1.0"
+    assert "nvidia.com/gpu" not in str(container["resources"])
+    assert "tolerations" not in job["spec"]["template"]["spec"]
 
 
 def test_custom_images_and_digests() -> None:
@@ -278,14 +305,7 @@ def test_a_runner_image_pinned_by_digest_is_what_benchmark_jobs_run(tmp_path: Pa
     path = tmp_path / "defaults.yaml"
     path.write_text(configmap["data"]["defaults.yaml"])
     defaults = load_defaults(path)  # as the operator reads its --defaults file
-    spec = BatchBenchmarkSpec.model_validate(
-        {
-            "backend": {"model": "Qwen/Qwen3-0.6B"},
-            "data": {"promptTokens": 16, "outputTokens": 8},
-            "profile": {"kind": "throughput"},
-            "constraints": [{"kind": "max_requests", "count": 10}],
-        }
-    )
+    spec = plain_spec()
     job = children.job(children.Owner("team", "pinned", "uid-1"), defaults.apply(spec))
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"registry.example/runner@{digest}"
@@ -316,14 +336,7 @@ def test_openshift_values_leave_the_ids_to_the_platform() -> None:
 
 
 def test_benchmark_pods_ids_left_to_the_platform_or_an_arbitrary_uid_with_gid_0(tmp_path: Path) -> None:
-    spec = BatchBenchmarkSpec.model_validate(
-        {
-            "backend": {"model": "Qwen/Qwen3-0.6B"},
-            "data": {"promptTokens": 16, "outputTokens": 8},
-            "profile": {"kind": "throughput"},
-            "constraints": [{"kind": "max_requests", "count": 10}],
-        }
-    )
+    spec = plain_spec()
 
     def pod_security(documents: list[dict[str, Any]]) -> dict[str, Any]:
         path = tmp_path / "defaults.yaml"

