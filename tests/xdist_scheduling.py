@@ -2,7 +2,8 @@
 
 A worker takes one group at a time: a test file, so that a file's module fixtures (its operator, its own
 control plane) are set up once, with two exceptions:
-- the real vLLM engine's tests form one group: they load both cores, one engine at a time;
+- the real vLLM engine's tests form one group: they load both cores, one engine at a time (the demo's test runs
+  an engine too, and goes with them);
 - the tests on the session's control plane (`kube_cluster`) form one group: each worker that ran one would
   start a control plane of its own, and each holds the runner image on each of its three nodes' containerd and
   the operator's on its untainted one (about 4 GB of disk), beside those that test_chart_install and test_demo
@@ -24,6 +25,8 @@ from xdist.scheduler import LoadFileScheduling
 
 VLLM_FOLDER = "tests/integration/vllm/"
 VLLM_GROUP = "vllm"
+# Elsewhere, but running a vLLM engine: the demo's real benchmark on its CPU node.
+VLLM_ELSEWHERE = ("tests/integration/cluster/test_demo.py",)
 SESSION_CLUSTER_FOLDERS = ("tests/integration/operator/", "tests/integration/cluster/")
 SESSION_CLUSTER_GROUP = "session control plane"
 # In those folders, but on control planes of their own only: they may run beside the group.
@@ -36,8 +39,7 @@ OWN_CLUSTERS_ONLY = (
 # them first; groups not named here follow, in collection order.
 LONGEST_GROUPS = {
     SESSION_CLUSTER_GROUP: 1290,
-    VLLM_GROUP: 1115,  # 850 on fcc5136, and test_vllm_in_a_pod's 265 measured alone
-    "tests/integration/cluster/test_demo.py": 165,
+    VLLM_GROUP: 1500,  # 850 on fcc5136, test_vllm_in_a_pod's 265 and the demo's (165, and its real engine)
     "tests/integration/cluster/test_chart_install.py": 120,
     "tests/integration/runner/test_faults.py": 75,
     "tests/integration/operator/test_without_kueue.py": 60,
@@ -47,7 +49,7 @@ LONGEST_GROUPS = {
 def group_of(nodeid: str) -> str:
     """A test's group: VLLM_GROUP, SESSION_CLUSTER_GROUP, or its file (relative to the repository)."""
     path = nodeid.split("::", 1)[0]
-    if path.startswith(VLLM_FOLDER):
+    if path.startswith(VLLM_FOLDER) or path in VLLM_ELSEWHERE:
         return VLLM_GROUP
     if path.startswith(SESSION_CLUSTER_FOLDERS) and path not in OWN_CLUSTERS_ONLY:
         return SESSION_CLUSTER_GROUP

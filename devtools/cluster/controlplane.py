@@ -697,7 +697,7 @@ def _command_up(arguments: argparse.Namespace) -> int:
     try:
         control_plane.start()
         if arguments.images:
-            _load_project_images(control_plane)
+            _load_project_images(control_plane, arguments.cpu_runner)
     except (ClusterError, RuntimeError) as error:
         control_plane.stop()
         print(error, file=sys.stderr)
@@ -713,16 +713,21 @@ def _command_up(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _load_project_images(control_plane: ControlPlane) -> None:
-    """Build the project's two images (seconds when the tree is unchanged) and put them on the nodes, also
-    under the names the chart and the operator use by default: the runner on every node, the operator on the
-    nodes its Deployment (no tolerations) can run on."""
+def _load_project_images(control_plane: ControlPlane, cpu_runner: bool) -> None:
+    """Build the project's images (seconds when the tree is unchanged) and put them on the nodes, also under the
+    names the chart and the operator use by default: the runner on every node, the operator on the nodes its
+    Deployment (no tolerations) can run on, and with ``cpu_runner`` the CPU runner (6.8 GB, streamed) on those
+    too, where benchmarks on cpu run."""
     from devtools.cluster import images
 
     for target in ("runner", "operator"):
         archive = images.built_archive(target)
         names = {images.TAGS[target]: images.default_names(target)}
         control_plane.load_images([archive], names, untainted_only=target == "operator")
+    if cpu_runner:
+        save, pinned = images.save_command("runner-cpu")
+        names = {pinned: [images.TAGS["runner-cpu"], *images.default_names("runner-cpu")]}
+        control_plane.load_saved_image(save, names, untainted_only=True)
 
 
 def _command_down(arguments: argparse.Namespace) -> int:
@@ -745,11 +750,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument(
         "--images", action="store_true", help="build the runner and operator images and put them on the nodes"
     )
+    up.add_argument(
+        "--cpu-runner",
+        action="store_true",
+        help="with --images, also the CPU runner image (vLLM's CPU build) on the untainted nodes",
+    )
     down = commands.add_parser("down", help="stop every process a control plane started")
     down.add_argument("--run-dir", required=True)
     arguments = parser.parse_args(argv)
     if arguments.command == "up" and arguments.images and arguments.no_nodes:
         parser.error("--images puts images on the nodes; --no-nodes starts none")
+    if arguments.command == "up" and arguments.cpu_runner and not arguments.images:
+        parser.error("--cpu-runner is one of the images --images puts on the nodes")
     if arguments.command == "up":
         return _command_up(arguments)
     return _command_down(arguments)

@@ -144,6 +144,7 @@ OPTIONAL: dict[str, Any] = {
     "sweep": {"batchSize": [2, 4]},
     "slo": {"request_latency_p99": 2.0},
     "cost": {"gpuCostPerHour": 2.5},
+    "device": "cpu",
     "image": "example.org/runner:1",
     "imagePullPolicy": "IfNotPresent",
     "imagePullSecrets": [{"name": "registry"}],

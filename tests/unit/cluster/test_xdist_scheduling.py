@@ -26,7 +26,7 @@ def test_the_groups() -> None:
         "tests/integration/runner/test_cli.py",
         VLLM_GROUP,
         SESSION_CLUSTER_GROUP,
-        "tests/integration/cluster/test_demo.py",  # a control plane of its own: beside the session's
+        VLLM_GROUP,  # a control plane of its own, and a vLLM engine on it: one engine at a time
         "tests/integration/runner/test_faults.py",
         SESSION_CLUSTER_GROUP,
         VLLM_GROUP,
@@ -57,9 +57,8 @@ def test_whole_groups_go_out_the_longest_first_then_in_collection_order() -> Non
         scheduler._assign_work_unit(worker)
     groups = [[group_of(COLLECTION[index]) for index in indexes] for indexes in worker.sent]
     assert [group[0] for group in groups] == [
-        SESSION_CLUSTER_GROUP,
         VLLM_GROUP,
-        "tests/integration/cluster/test_demo.py",
+        SESSION_CLUSTER_GROUP,
         "tests/integration/cluster/test_chart_install.py",
         "tests/integration/runner/test_faults.py",
         "tests/unit/runner/test_config.py",
