@@ -35,14 +35,14 @@ OWN_CLUSTERS_ONLY = (
     "tests/integration/cluster/test_demo.py",
     "tests/integration/operator/test_without_kueue.py",
 )
-# Seconds each of the longest groups took (--junitxml, summed per group; two workers, fcc5136), only to start
+# Seconds each of the longest groups took (--junitxml, summed per group; two workers, c30b9fa), only to start
 # them first; groups not named here follow, in collection order.
 LONGEST_GROUPS = {
-    SESSION_CLUSTER_GROUP: 1290,
-    VLLM_GROUP: 1500,  # 850 on fcc5136, test_vllm_in_a_pod's 265 and the demo's (165, and its real engine)
-    "tests/integration/cluster/test_chart_install.py": 120,
-    "tests/integration/runner/test_faults.py": 75,
-    "tests/integration/operator/test_without_kueue.py": 60,
+    VLLM_GROUP: 1545,
+    SESSION_CLUSTER_GROUP: 1350,
+    "tests/integration/cluster/test_chart_install.py": 136,
+    "tests/integration/runner/test_faults.py": 71,
+    "tests/integration/operator/test_without_kueue.py": 58,
 }
 
 
