@@ -65,10 +65,10 @@ def load_saved_image(cluster: KubeCluster, target: str) -> str:
     """`load_project_image` for an image of several GB (the CPU runner's): streamed from podman onto the untainted
     nodes (where CPU benchmarks run) with no archive on disk; its tag."""
     try:
-        save, pinned = images.save_command(target)
+        save, names = images.save_command(target)
     except images.ImageBuildError as error:
         _skip_or_fail(ClusterBinariesMissingError(str(error)))
-    cluster.load_saved_image(save, {pinned: [images.TAGS[target], *images.default_names(target)]}, untainted_only=True)
+    cluster.load_saved_image(save, names, untainted_only=True)
     return images.TAGS[target]
 
 

@@ -725,9 +725,7 @@ def _load_project_images(control_plane: ControlPlane, cpu_runner: bool) -> None:
         names = {images.TAGS[target]: images.default_names(target)}
         control_plane.load_images([archive], names, untainted_only=target == "operator")
     if cpu_runner:
-        save, pinned = images.save_command("runner-cpu")
-        names = {pinned: [images.TAGS["runner-cpu"], *images.default_names("runner-cpu")]}
-        control_plane.load_saved_image(save, names, untainted_only=True)
+        control_plane.load_saved_image(*images.save_command("runner-cpu"), untainted_only=True)
 
 
 def _command_down(arguments: argparse.Namespace) -> int:

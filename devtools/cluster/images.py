@@ -117,26 +117,28 @@ def built_archive(target: str) -> Path:
         return _saved_archive(_build(target))
 
 
-def save_command(target: str) -> tuple[list[str], str]:
-    """The Dockerfile's `target` built, and the command that writes it to its standard output as a `podman save`
-    archive, with the name that archive carries: a tag made of its image ID, which no later build moves (the test
-    tag does, when another clone builds), so the command saves this build whenever it runs."""
+def save_command(target: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The Dockerfile's `target` built, the command that writes it to its standard output as a `podman save`
+    archive, and the names the nodes are to hold it under (ControlPlane.load_saved_image): the archive carries a
+    tag made of its image ID, which no later build moves (the test tag does, when another clone builds), so the
+    command saves this build whenever it runs; the test tag and default_names are added on the node."""
     with exclusive():
         tag = _build(target)
         inspected = podman("image", "inspect", "--format", "{{.Id}}", tag)
         if inspected.returncode != 0:
             raise ImageBuildError(inspected.stderr.strip())
-        pinned = f"{tag.rsplit(':', 1)[0]}:{inspected.stdout.strip()[:16]}"
+        repository = tag.rsplit(":", 1)[0]
+        pinned = f"{repository}:{inspected.stdout.strip()[:16]}"
         tagged = podman("tag", tag, pinned)
         if tagged.returncode != 0:
             raise ImageBuildError(tagged.stderr.strip())
         # The earlier builds' pinned tags would keep each of them in podman's store (7 GB for the CPU runner).
-        repository = tag.rsplit(":", 1)[0]
         listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", repository)
         for name in listed.stdout.split():
             if name != pinned and re.fullmatch(rf"{re.escape(repository)}:[0-9a-f]{{16}}", name):
                 podman("rmi", name)
-    return ["podman", "save", "--format", "docker-archive", pinned], pinned
+    save = ["podman", "save", "--format", "docker-archive", pinned]
+    return save, {pinned: [tag, *default_names(target)]}
 
 
 def build(target: str) -> str:

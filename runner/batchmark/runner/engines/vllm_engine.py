@@ -225,7 +225,7 @@ def _bound_to_the_cpu_quota(args: Mapping[str, Any]) -> dict[str, Any]:
     """On a CPU: vLLM's compute threads bound within the container's CPU quota (cpu_budget), set in this process's
     environment, which vLLM's engine processes inherit; what was decided, for the engine's details."""
     budget = cpu_budget.current_budget()
-    ranks = int(args.get("tensor_parallel_size") or 1) * int(args.get("pipeline_parallel_size") or 1)
+    ranks = parallel_gpus(args, "backend.vllm_config")  # tensor x pipeline parallel: a rank per GPU on GPUs
     binding = cpu_budget.threads_bind(budget, os.environ, ranks)
     if binding is not None:
         os.environ[cpu_budget.THREADS_BIND] = binding
