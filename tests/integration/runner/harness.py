@@ -83,6 +83,11 @@ def children(pid: int) -> list[int]:
     return [child for child in _pids() if (fields := _stat(child)) is not None and int(fields[1]) == pid]
 
 
+def leads_own_session(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and int(fields[3]) == pid
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -151,11 +156,16 @@ class Program:
         self.wait_until(lambda: catches(self.pid, signal.SIGTERM), "installed its signal handlers", timeout=30)
 
     def worker(self, timeout: float = 60) -> int:
-        """The engine's process (not multiprocessing's resource tracker)."""
+        """The engine's process, known by leading a session of its own (the first thing it does).
+
+        Not by its command line: multiprocessing's resource tracker, and the engine's process too, are forks
+        of the main process with its command line until they exec, and killing the tracker there leaves a run
+        whose engine loads on unharmed.
+        """
         found: list[int] = []
 
         def started() -> bool:
-            found[:] = [pid for pid in children(self.pid) if "resource_tracker" not in cmdline(pid)]
+            found[:] = [pid for pid in children(self.pid) if leads_own_session(pid)]
             return bool(found)
 
         self.wait_until(started, "started the engine's process", timeout)
