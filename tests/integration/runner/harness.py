@@ -162,14 +162,18 @@ class Program:
         of the main process with its command line until they exec, and killing the tracker there leaves a run
         whose engine loads on unharmed.
         """
+        return self.workers(1, timeout)[0]
+
+    def workers(self, count: int, timeout: float = 60) -> list[int]:
+        """The engine replicas' processes (``worker``), once ``count`` of them have started."""
         found: list[int] = []
 
         def started() -> bool:
             found[:] = [pid for pid in children(self.pid) if leads_own_session(pid)]
-            return bool(found)
+            return len(found) >= count
 
-        self.wait_until(started, "started the engine's process", timeout)
-        return found[0]
+        self.wait_until(started, f"started {count} engine process(es)", timeout)
+        return found
 
     def send(self, number: int) -> None:
         if self.signalled_at is None:

@@ -346,6 +346,20 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
         lambda t: run_args(extra=["--sweep", "request_format=[1,2]"]),
         ["--sweep", "request_format"],
     ),
+    "no engine replica": (lambda t: run_args(backend(replicas=0)), ["--backend", "replicas", "0"]),
+    "more engine replicas than the bound": (lambda t: run_args(backend(replicas=65)), ["--backend", "replicas", "64"]),
+    "engine replicas that are not a whole number": (
+        lambda t: run_args(backend(replicas=1.5)),
+        ["--backend", "replicas", "1.5"],
+    ),
+    "a swept replica count of none": (
+        lambda t: run_args(extra=["--sweep", "replicas=1,0"]),
+        ["--sweep", "replicas", "0"],
+    ),
+    "more vLLM replicas than this machine's CPUs": (
+        lambda t: run_args(backend(engine="vllm", replicas=64)),
+        ["--backend", "replicas", "64 replicas"],
+    ),
     "absurd GPU price": (lambda t: run_args(extra=["--gpu-cost-per-hour", "1e308"]), ["--gpu-cost-per-hour"]),
     "infinite GPU price": (lambda t: run_args(extra=["--gpu-cost-per-hour", "inf"]), ["--gpu-cost-per-hour"]),
     "10**21 GPUs": (
@@ -549,6 +563,16 @@ MANIFEST_CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
     "one SLO statistic in two spellings": (
         lambda t: run_args(extra=["--slo", "ttft_p95=1,ttftP95=2"]),
         ["--slo", "ttft_p95", "ttftP95"],
+    ),
+    "no engine replica": (lambda t: run_args(backend(replicas=0)), ["--backend", "replicas", "0"]),
+    "more engine replicas than the bound": (lambda t: run_args(backend(replicas=65)), ["--backend", "replicas", "64"]),
+    "engine replicas that are not a whole number": (
+        lambda t: run_args(backend(replicas=1.5)),
+        ["--backend", "replicas", "1.5"],
+    ),
+    "a swept replica count of none": (
+        lambda t: run_args(extra=["--sweep", "replicas=1,0"]),
+        ["--sweep", "replicas", "0"],
     ),
     "absurd GPU price": (lambda t: run_args(extra=["--gpu-cost-per-hour", "1e308"]), ["--gpu-cost-per-hour"]),
     "YAML alias bomb in a config file": (

@@ -115,6 +115,12 @@ def test_gpus_follow_tensor_and_pipeline_parallelism() -> None:
         children.job(OWNER, spec(backend={**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": "two"}}))
 
 
+def test_engine_replicas_in_one_pod_ask_for_each_replicas_gpus() -> None:
+    backend = {**BENCHMARK["backend"], "replicas": 4, "vllmConfig": {"tensor_parallel_size": 2}}
+    container = pod_spec(children.job(OWNER, spec(backend=backend)))["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+
+
 def test_simulated_engine_asks_for_no_gpu_and_the_metrics_port_is_declared() -> None:
     backend = {**BENCHMARK["backend"], "engine": "simulated"}
     pod = pod_spec(children.job(OWNER, spec(backend=backend, metrics={"port": 9100})))

@@ -140,9 +140,10 @@ def role_binding(owner: Owner) -> dict[str, Any]:
 
 
 def gpu_count(spec: BatchBenchmarkSpec) -> int:
-    """GPUs the engine needs (vLLM: tensor_parallel_size x pipeline_parallel_size of vllmConfig; none on cpu)."""
+    """GPUs the engines need: per replica, vLLM's tensor_parallel_size x pipeline_parallel_size of vllmConfig, times
+    backend.replicas; none on cpu."""
     gpus = engine_entry(spec.backend.engine).pod.gpus(spec.backend.vllm_config, "spec.backend.vllmConfig")
-    return 0 if spec.device == "cpu" else gpus
+    return 0 if spec.device == "cpu" else gpus * spec.backend.replicas
 
 
 def job(

@@ -17,6 +17,7 @@ from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.data.records import DataError
 from batchmark.runner.dispatch.process_group import engine_processes, leftover_engines_warning
+from batchmark.runner.dispatch.replica_devices import DeviceSplitError
 from batchmark.runner.engines.engine_args import EngineArgumentError
 from batchmark.runner.engines.entry import EngineUnavailable
 from batchmark.runner.engines.request_format import RequestFormatError
@@ -48,7 +49,7 @@ def run_command(
         return EXIT_USAGE
     try:
         runner.check()
-    except EngineArgumentError as error:
+    except (EngineArgumentError, DeviceSplitError) as error:
         print_error(console, "run", f"--backend: {error}")
         return EXIT_USAGE
     except (EngineUnavailable, RequestFormatError) as error:

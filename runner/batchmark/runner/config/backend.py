@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from batchmark.runner.config.base import MAX_SECONDS, MAX_SEED, ConfigModel
+from batchmark.runner.config.base import MAX_REPLICAS, MAX_SECONDS, MAX_SEED, ConfigModel
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,17 @@ class VllmPythonBatchBackendConfig(ConfigModel):
             " never waits for a batch to fill or drain; batch_size then caps the requests in flight and"
             " batch_timeout is unused."
         ),
+    )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPLICAS,
+        strict=True,
+        description="Engine replicas in this run (data parallelism, as a fleet of independent engines serves): each"
+        " its own engine process on its own devices (the visible GPUs split evenly, tensor_parallel_size x"
+        " pipeline_parallel_size each; on a CPU, the CPUs this run may use), fed by its own micro-batcher from the"
+        " one load generator, which sends each request to the replica with the fewest in flight. Results give"
+        " each replica's figures and their sum over one measured window.",
     )
     engine: Literal["vllm", "simulated"] = Field(
         default="vllm",

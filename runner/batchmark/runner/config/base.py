@@ -75,3 +75,8 @@ MAX_GPU_COST_PER_HOUR = 1e9
 
 
 MAX_GPUS = 100_000
+
+
+# Engine replicas in one run: each is a process with its own engine, devices and memory; a node holds at most a
+# few dozen GPUs, and more replicas than that on CPU slices would measure the machine's scheduler.
+MAX_REPLICAS = 64

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from batchmark.runner.config.backend import BackendConfig
-from batchmark.runner.config.base import MAX_SWEEP_WARMUP_REQUESTS, ConfigModel
+from batchmark.runner.config.base import MAX_REPLICAS, MAX_SWEEP_WARMUP_REQUESTS, ConfigModel
 
 # Backend fields the engine worker applies without touching the loaded engine: sweeping them costs no reload.
 WORKER_FIELDS = ("batch_size", "batch_timeout", "dispatch")
@@ -54,6 +54,12 @@ class SweepConfig(ConfigModel):
     )
     request_format: list[str] | None = Field(
         default=None, min_length=1, description="Request formats; the engine is reloaded between them."
+    )
+    replicas: list[Annotated[int, Field(ge=1, le=MAX_REPLICAS, strict=True)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="Engine replica counts (backend.replicas), each a new set of engines; with 1 among them, every"
+        " benchmark of more replicas reports its scaling efficiency against the one replica's.",
     )
     # Values of any JSON type (as vllm_config's own): a map of lists, each checked by the validator below.
     vllm_config: dict[str, Any] | None = Field(
@@ -127,7 +133,7 @@ class SweepConfig(ConfigModel):
         axes: list[tuple[str, list[Any]]] = []
         for name, values in (self.vllm_config or {}).items():
             axes.append((f"vllm_config.{name}", values))
-        for name in ("request_format", *WORKER_FIELDS):
+        for name in ("replicas", "request_format", *WORKER_FIELDS):
             values = getattr(self, name)
             if values is not None:
                 axes.append((name, list(values)))

@@ -96,6 +96,8 @@ class BatchReport(NamedTuple):
     steps: int = 0  # engine steps the report covers
     # CPU seconds the worker's own threads have spent since the engine was ready, excluding the engine's calls.
     harness_cpu: float = 0.0
+    # Which of the run's engine replicas sent it (backend.replicas); set by the main process as it arrives.
+    replica: int = 0
 
     @property
     def effective_batch_size(self) -> int:

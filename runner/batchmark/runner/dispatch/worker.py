@@ -48,6 +48,7 @@ from batchmark.runner.dispatch.messages import (
     ToWorker,
 )
 from batchmark.runner.dispatch.process_group import group_members, kill_group, lead_own_group, wait_group_empty
+from batchmark.runner.dispatch.replica_devices import ReplicaDevices
 from batchmark.runner.dispatch.reporter import Reporter
 from batchmark.runner.engines.base import (
     NO_TIMINGS,
@@ -93,20 +94,42 @@ class EngineWorker:
     the worker: start it from a thread that outlives it (the main thread).
     """
 
-    def __init__(self, config: BackendConfig, seed: int) -> None:
+    def __init__(
+        self,
+        config: BackendConfig,
+        seed: int,
+        devices: ReplicaDevices | None = None,
+        follow_harness_cpus: bool = True,
+    ) -> None:
         self._context_name = mp_context_name()
         context = cast(multiprocessing.context.SpawnContext, multiprocessing.get_context(self._context_name))
         self._conn, child_conn = context.Pipe(duplex=True)
         # Not daemonic: vLLM's engine starts processes of its own, which daemonic processes may not.
         self._process = context.Process(
-            target=serve, args=(child_conn, config, seed, os.getpid()), name="batchmark-engine", daemon=False
+            target=serve,
+            args=(child_conn, config, seed, os.getpid(), devices),
+            name="batchmark-engine" if devices is None else f"batchmark-engine-{devices.replica}",
+            daemon=False,
         )
         self._child_conn = child_conn
         self._ready = False
+        self._stop_sent = False
+        # With several replicas no one worker's spare CPUs are the harness's: each sees only its own share.
+        self._follow_harness_cpus = follow_harness_cpus
         self._cpus_before: set[int] | None = None  # this process's CPUs before it followed the worker
+
+    @property
+    def connection(self) -> multiprocessing.connection.Connection:
+        """The pipe to the worker, for waiting on several workers at once."""
+        return self._conn
 
     def start(self, cancel: StopFlag | None = None) -> WorkerReady | None:
         """Start the process and wait until its engine is loaded; None when ``cancel`` was set first."""
+        self.launch()
+        return self.wait_ready(cancel)
+
+    def launch(self) -> None:
+        """Start the process; its engine loads meanwhile (``wait_ready``)."""
         # Ctrl-C, or a pod's SIGTERM where the node signals the pod's process group, reaches the whole group
         # until the worker has a session of its own, and the worker must never die of it: it starts with both
         # blocked (a signal mask survives fork and exec), and ``serve`` discards what came meanwhile.
@@ -119,6 +142,9 @@ class EngineWorker:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         self._child_conn.close()
+
+    def wait_ready(self, cancel: StopFlag | None = None) -> WorkerReady | None:
+        """Wait until the launched worker's engine is loaded; None when ``cancel`` was set first."""
         while True:
             if cancel is not None and cancel.is_set():
                 return None
@@ -128,7 +154,9 @@ class EngineWorker:
             if isinstance(message, Ready):
                 self._ready = True
                 harness_cpus = message.info.details.get("harness_cpus")
-                if harness_cpus:  # the worker left the engine's CPUs: this process follows it until close()
+                if (
+                    harness_cpus and self._follow_harness_cpus
+                ):  # the worker left the engine's CPUs: this process follows it until close()
                     self._cpus_before = os.sched_getaffinity(0)
                     place_process(os.getpid(), harness_cpus)
                 return WorkerReady(info=message.info, load_seconds=message.load_seconds, pid=self._process.pid)
@@ -139,15 +167,21 @@ class EngineWorker:
     def submit(self, requests: list[tuple[RequestSpec, float]]) -> None:
         self._send(Submit(requests))
 
-    def receive(self, timeout: float) -> list[FromWorker]:
+    def receive(self, timeout: float, read_for: float = 0.0) -> list[FromWorker]:
         """The messages waiting, after waiting up to ``timeout`` for the first (see ``read_waiting``)."""
         try:
-            messages = read_waiting(self._conn, timeout)
+            messages = read_waiting(self._conn, timeout, read_for)
         except (EOFError, ConnectionResetError) as error:
             raise self._exited() from error
         for message in messages:
             _raise_if_crashed(message)
         return messages
+
+    def send_drain(self) -> None:
+        self._send(Drain())
+
+    def send_reconfigure(self, batch_size: int, batch_timeout: float, dispatch: str) -> None:
+        self._send(Reconfigure(batch_size, batch_timeout, dispatch))
 
     def drain(self) -> list[BatchReport]:
         """Drop queued requests, wait for the batch in progress; returns its reports."""
@@ -170,6 +204,13 @@ class EngineWorker:
     def pid(self) -> int | None:
         return self._process.pid
 
+    def request_stop(self) -> None:
+        """Ask a ready worker to end, without waiting (``close`` waits); a worker already gone is left to close."""
+        if self._ready and not self._stop_sent:
+            self._stop_sent = True
+            with contextlib.suppress(WorkerFailed):
+                self._send(Stop())
+
     def close(self, grace: float = WORKER_EXIT_SECONDS, hurry: StopFlag | None = None) -> None:
         """Ask the worker to stop and give it ``grace`` seconds (cut short by ``hurry``), then kill whatever is
         left of its process group; returns once all of it has ended.
@@ -181,8 +222,7 @@ class EngineWorker:
             return
         try:
             if self._ready:
-                with contextlib.suppress(WorkerFailed):
-                    self._send(Stop())
+                self.request_stop()
                 if self._exit_status(grace, hurry) is not None:
                     # A clean exit: its last processes (vLLM's) may still be on their way out.
                     wait_group_empty(pid, GROUP_EXIT_SECONDS, exclude=pid)
@@ -242,15 +282,18 @@ class EngineWorker:
         return message
 
 
-def read_waiting(conn: multiprocessing.connection.Connection, timeout: float) -> list[FromWorker]:
+def read_waiting(
+    conn: multiprocessing.connection.Connection, timeout: float, read_for: float = 0.0
+) -> list[FromWorker]:
     """Wait up to ``timeout`` for a first message, then read on while more are waiting, but not past
-    ``timeout`` from the call (after it, one message at most); a crash report ends the reading.
+    ``timeout`` (or ``read_for``, if longer) from the call (after it, one message at most); a crash report ends
+    the reading.
 
     The bound is for a reader slower than the messages coming (the main process short of CPU beside a busy
     engine, which in continuous dispatch reports every step that finishes requests): reading "while any is
     waiting" would go on for as long as they come, and the run would neither refill nor see its deadline.
     """
-    give_up = time.monotonic() + timeout
+    give_up = time.monotonic() + max(timeout, read_for)
     messages: list[FromWorker] = []
     if not conn.poll(timeout):
         return messages
@@ -271,12 +314,18 @@ def _raise_if_crashed(message: FromWorker) -> None:
         raise WorkerFailed(f"the engine's process crashed: {lines[-1] if lines else 'no details'}")
 
 
-def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, seed: int, parent_pid: int) -> None:
+def serve(
+    conn: multiprocessing.connection.Connection,
+    config: BackendConfig,
+    seed: int,
+    parent_pid: int,
+    devices: ReplicaDevices | None = None,
+) -> None:
     """Entry point of the worker process."""
     lead_own_group(parent_pid)
     backend = VllmPythonBatchBackend(config, seed)
     try:
-        _serve(conn, config, backend)
+        _serve(conn, config, backend, devices)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         # The main process is gone (killed): there is nobody to report to, so end without a word.
         pass
@@ -294,8 +343,15 @@ def serve(conn: multiprocessing.connection.Connection, config: BackendConfig, se
     os._exit(0)
 
 
-def _serve(conn: multiprocessing.connection.Connection, config: BackendConfig, backend: VllmPythonBatchBackend) -> None:
+def _serve(
+    conn: multiprocessing.connection.Connection,
+    config: BackendConfig,
+    backend: VllmPythonBatchBackend,
+    devices: ReplicaDevices | None,
+) -> None:
     try:
+        if devices is not None:
+            devices.apply()
         backend.validate()
     except Exception as error:
         conn.send(LoadFailed(f"{config.engine}: {type(error).__name__}: {error}"))

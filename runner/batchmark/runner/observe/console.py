@@ -159,6 +159,9 @@ def summary_tables(report: RunReport) -> list[Table]:
     budget = _budget_table(report, swept)
     if budget is not None:
         tables.append(budget)
+    replicas = _replicas_table(report, swept)
+    if replicas is not None:
+        tables.append(replicas)
     for index in swept_order(report):
         result = report.benchmarks[index]
         dist = result.distributions
@@ -300,6 +303,67 @@ def _budget_table(report: RunReport, swept: list[str]) -> Table | None:
                 else [str(cost.gpus), money(cost.per_million_output_tokens), money(cost.per_million_total_tokens)]
             )
         table.add_row(*row)
+    return table
+
+
+def _replicas_table(report: RunReport, swept: list[str]) -> Table | None:
+    """Each engine replica's own figures, then their aggregate's spread: only when a benchmark ran several."""
+    if not any(result.replicas for result in report.benchmarks):
+        return None
+    title = "engine replicas: each one's figures over the benchmark's window; straggler = fastest / slowest"
+    table = Table(title=title, title_justify="left")
+    columns = [
+        *_identity_columns(report, swept),
+        "benchmark",
+        "replica",
+        "devices",
+        "ok/err/incompl",
+        "req/s",
+        "out tok/s",
+        "batch",
+        "util %",
+        "lat p99, s",
+        "straggler",
+        "scaling",
+    ]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("benchmark", "devices") else "right")
+    for index in swept_order(report):
+        result = report.benchmarks[index]
+        if not result.replicas or result.replica_summary is None:
+            continue
+        identity = [*_identity(report, result, swept), Text(result.strategy)]
+        for replica in result.replicas:
+            counts = replica.requests
+            table.add_row(
+                *identity,
+                str(replica.replica),
+                Text(replica.devices),
+                f"{counts.completed:,}/{counts.errored:,}/{counts.incomplete:,}",
+                fixed(replica.throughput.requests_per_second, 2),
+                fixed(replica.throughput.output_tokens_per_second, 1),
+                fixed(replica.mean_batch_size, 1),
+                fixed(replica.engine_utilization * 100, 1),
+                fixed(replica.request_latency.p99, 3),
+                "",
+                "",
+            )
+        summary = result.replica_summary
+        counts = result.requests
+        table.add_row(
+            *identity,
+            f"all {summary.count}",
+            "",
+            f"{counts.completed:,}/{counts.errored:,}/{counts.incomplete:,}",
+            fixed(result.throughput.requests_per_second, 2),
+            fixed(result.throughput.output_tokens_per_second, 1),
+            fixed(result.distributions.batch_size.mean, 1),
+            fixed(result.engine_utilization * 100, 1),
+            fixed(result.distributions.request_latency.p99, 3),
+            fixed(summary.straggler_ratio, 2),
+            share(summary.scaling_efficiency),
+            end_section=True,
+        )
     return table
 
 

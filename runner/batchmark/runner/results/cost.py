@@ -11,15 +11,18 @@ SECONDS_PER_HOUR = 3600.0
 MILLION = 1_000_000.0
 
 
-def gpu_count(cost: CostConfig, vllm_config: dict[str, Any]) -> int:
-    """The configured count, else tensor_parallel_size x pipeline_parallel_size (1 each by default)."""
+def gpu_count(cost: CostConfig, vllm_config: dict[str, Any], replicas: int = 1) -> int:
+    """The configured count, else tensor_parallel_size x pipeline_parallel_size (1 each by default) per replica."""
     if cost.gpus is not None:
         return cost.gpus
-    return int(vllm_config.get("tensor_parallel_size", 1) or 1) * int(vllm_config.get("pipeline_parallel_size", 1) or 1)
+    per_replica = int(vllm_config.get("tensor_parallel_size", 1) or 1) * int(
+        vllm_config.get("pipeline_parallel_size", 1) or 1
+    )
+    return per_replica * replicas
 
 
-def price(cost: CostConfig, vllm_config: dict[str, Any], throughput: Throughput) -> CostFigures:
-    gpus = gpu_count(cost, vllm_config)
+def price(cost: CostConfig, vllm_config: dict[str, Any], throughput: Throughput, replicas: int = 1) -> CostFigures:
+    gpus = gpu_count(cost, vllm_config, replicas)
     per_second = cost.gpu_cost_per_hour * gpus / SECONDS_PER_HOUR
 
     def per_million(tokens_per_second: float) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from batchmark.runner.config.profiles import TransientPhaseConfig
@@ -14,12 +15,14 @@ from batchmark.runner.results.budget import RequestBudget
 from batchmark.runner.results.report import (
     BenchmarkResult,
     Distributions,
+    ReplicaResult,
+    ReplicasSummary,
     RequestCounts,
     RequestSample,
     Throughput,
     TimelinePoint,
 )
-from batchmark.runner.results.stats import Distribution
+from batchmark.runner.results.stats import EXACT_LIMIT, Distribution
 from batchmark.runner.run.events import BatchEvent
 from batchmark.runner.run.profiles import Strategy
 
@@ -144,6 +147,44 @@ class Timeline:
         ]
 
 
+class BusyTime:
+    """An engine's busy intervals, clipped to the measured window: settled as measured completions pass their end,
+    so that memory holds only the intervals still open to the window's end."""
+
+    def __init__(self) -> None:
+        self._settled = 0.0
+        self._pending: deque[tuple[float, float]] = deque()
+
+    def add(self, begin: float, end: float) -> None:
+        self._pending.append((begin, end))
+
+    def settle(self, until: float, measure_start: float) -> None:
+        while self._pending and self._pending[0][1] <= until:
+            begin, end = self._pending.popleft()
+            self._settled += max(0.0, end - max(begin, measure_start))
+
+    def total(self, measure_start: float, measure_end: float) -> float:
+        return self._settled + sum(
+            max(0.0, min(stop, measure_end) - max(begin, measure_start)) for begin, stop in self._pending
+        )
+
+
+@dataclass
+class _ReplicaFigures:
+    """One replica's measured totals, folded in with the benchmark's."""
+
+    devices: str
+    latency: Distribution
+    busy: BusyTime = field(default_factory=BusyTime)
+    completed: int = 0
+    errored: int = 0
+    in_flight: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    batches: int = 0
+    batch_size_total: int = 0
+
+
 class Aggregator:
     """Results of one benchmark, folded in batch by batch."""
 
@@ -155,7 +196,8 @@ class Aggregator:
         window: Window,
         sample_requests: int,
         budget: RequestBudget | None = None,
-        worker_cpu_start: float = 0.0,
+        worker_cpu_start: Sequence[float] = (),
+        replica_devices: list[str] | None = None,
     ) -> None:
         self.start = start
         self.budget = budget if budget else None
@@ -178,14 +220,19 @@ class Aggregator:
         self.timeline = Timeline(start)
         self.successful_samples: list[RequestSample] = []
         self.errored_samples: list[RequestSample] = []
-        self._busy_settled = 0.0
-        self._busy_pending: deque[tuple[float, float]] = deque()
+        self._busy = BusyTime()
+        # With several replicas (their devices, in order): each one's figures beside the aggregate's.
+        devices = replica_devices or [""]
+        limit = max(EXACT_LIMIT // len(devices), 10_000)
+        self._replicas = [_ReplicaFigures(name, Distribution(limit)) for name in devices] if replica_devices else []
+        self.engines = len(devices)
         self.engine_steps = 0
         self.finished_requests = 0  # measured or not: what the harness's CPU served
         # The harness's CPU: this process's (it runs no engine) and the worker's own threads' (reported by it).
         self._main_cpu_start = time.process_time()
-        self._worker_cpu_start = worker_cpu_start
-        self._worker_cpu = worker_cpu_start
+        # Each replica's worker reports the CPU its own threads spent since its engine loaded, a running total.
+        self._worker_cpu_start = list(worker_cpu_start) or [0.0] * self.engines
+        self._worker_cpus = list(self._worker_cpu_start)
 
     def on_issue(self, request_id: int, enqueued: float) -> None:
         if self.measure_start is None and request_id - self.first_id == self.window.warmup_requests:
@@ -199,9 +246,12 @@ class Aggregator:
         report = event.report
         # Only the engine's own calls count as busy; they begin when the dispatcher takes the batch.
         busy_end = report.started_at + report.engine_busy
-        self._busy_pending.append((report.started_at, busy_end))
+        self._busy.add(report.started_at, busy_end)
+        replica = self._replicas[report.replica] if self._replicas else None
+        if replica is not None:
+            replica.busy.add(report.started_at, busy_end)
         self.timeline.add_busy(report.started_at, busy_end)
-        self._worker_cpu = max(self._worker_cpu, report.harness_cpu)
+        self._worker_cpus[report.replica] = max(self._worker_cpus[report.replica], report.harness_cpu)
         self.finished_requests += sum(enqueued_at is not None for enqueued_at in event.enqueued)
         batch = _BatchValues()
         size = len(report.completions)
@@ -222,6 +272,19 @@ class Aggregator:
         self.timeline.add_completions(report.finished_at, batch.completed, batch.errored, batch.produced)
         if batch.completed + batch.errored:
             self._fold(batch, report)
+            if replica is not None:
+                self._fold_replica(replica, batch, report)
+
+    def _fold_replica(self, replica: _ReplicaFigures, batch: _BatchValues, report: BatchReport) -> None:
+        replica.completed += batch.completed
+        replica.errored += batch.errored
+        replica.output_tokens += batch.produced
+        replica.prompt_tokens += sum(batch.prompt_tokens)
+        replica.latency.extend(batch.latency)
+        replica.busy.settle(report.finished_at, self._measure_start())
+        if report.effective_batch_size > 0:
+            replica.batches += 1
+            replica.batch_size_total += report.effective_batch_size
 
     def _add_success(
         self, batch: _BatchValues, completion: Completion, report: BatchReport, enqueued_at: float, entered: float
@@ -265,7 +328,9 @@ class Aggregator:
         self.errored += batch.errored
         self.output_tokens_total += batch.produced
         self.prompt_tokens_total += sum(batch.prompt_tokens)
-        self.last_measured_completion = report.finished_at
+        # Replicas' reports arrive in the order they were read, not the order they finished.
+        last = self.last_measured_completion
+        self.last_measured_completion = report.finished_at if last is None else max(last, report.finished_at)
         self._settle_busy(report.finished_at)
         values = self.distributions
         values["request_latency"].extend(batch.latency)
@@ -284,10 +349,10 @@ class Aggregator:
             self.batch_sizes[batch_size] += 1
 
     def _settle_busy(self, until: float) -> None:
-        start = self.measure_start if self.measure_start is not None else self.start
-        while self._busy_pending and self._busy_pending[0][1] <= until:
-            begin, end = self._busy_pending.popleft()
-            self._busy_settled += max(0.0, end - max(begin, start))
+        self._busy.settle(until, self._measure_start())
+
+    def _measure_start(self) -> float:
+        return self.measure_start if self.measure_start is not None else self.start
 
     def _sample(
         self,
@@ -319,22 +384,33 @@ class Aggregator:
         )
 
     def finish(
-        self, *, end: float, stop_reason: str, incomplete: int, interrupted: bool, strategy: Strategy
+        self,
+        *,
+        end: float,
+        stop_reason: str,
+        incomplete: int,
+        interrupted: bool,
+        strategy: Strategy,
+        incomplete_by_replica: list[int] | None = None,
     ) -> BenchmarkResult:
         measure_start = self.measure_start if self.measure_start is not None else self.start
         measure_end = self.last_measured_completion if self.last_measured_completion is not None else end
         if stop_reason == "max_duration" and self.window.total_seconds is not None:
             measure_end = self.start + self.window.total_seconds - self.window.cooldown_seconds
         measured = max(measure_end - measure_start, 0.0)
-        busy = self._busy_settled + sum(
-            max(0.0, min(stop, measure_end) - max(begin, measure_start)) for begin, stop in self._busy_pending
-        )
+        # With several replicas the window holds that many engines' time.
+        busy = self._busy.total(measure_start, measure_end) / self.engines
 
         def per_second(amount: float) -> float:
             return amount / measured if measured > 0 else 0.0
 
         measured_requests = self.completed + self.errored
-        harness_cpu = time.process_time() - self._main_cpu_start + self._worker_cpu - self._worker_cpu_start
+        worker_cpu = sum(self._worker_cpus) - sum(self._worker_cpu_start)
+        harness_cpu = time.process_time() - self._main_cpu_start + worker_cpu
+        replicas = [
+            self._replica_result(index, figures, measure_start, measure_end, per_second, incomplete_by_replica)
+            for index, figures in enumerate(self._replicas)
+        ]
 
         return BenchmarkResult(
             strategy=strategy.label,
@@ -370,7 +446,54 @@ class Aggregator:
             ),
             timeline=self.timeline.points(),
             samples=self.successful_samples + self.errored_samples,
+            replicas=replicas or None,
+            replica_summary=replicas_summary(replicas) if replicas else None,
         )
+
+    def _replica_result(
+        self,
+        index: int,
+        figures: _ReplicaFigures,
+        measure_start: float,
+        measure_end: float,
+        per_second: Callable[[float], float],
+        incomplete_by_replica: list[int] | None,
+    ) -> ReplicaResult:
+        measured = max(measure_end - measure_start, 0.0)
+        busy = figures.busy.total(measure_start, measure_end)
+        return ReplicaResult(
+            replica=index,
+            devices=figures.devices,
+            requests=RequestCounts(
+                completed=figures.completed,
+                errored=figures.errored,
+                incomplete=incomplete_by_replica[index] if incomplete_by_replica else 0,
+            ),
+            tokens={"prompt": figures.prompt_tokens, "output": figures.output_tokens},
+            throughput=Throughput(
+                requests_per_second=per_second(figures.completed),
+                output_tokens_per_second=per_second(figures.output_tokens),
+                prompt_tokens_per_second=per_second(figures.prompt_tokens),
+                total_tokens_per_second=per_second(figures.prompt_tokens + figures.output_tokens),
+            ),
+            engine_utilization=min(1.0, busy / measured) if measured > 0 else 0.0,
+            batches=figures.batches,
+            mean_batch_size=figures.batch_size_total / figures.batches if figures.batches else None,
+            request_latency=figures.latency.summary(),
+        )
+
+
+def replicas_summary(replicas: list[ReplicaResult]) -> ReplicasSummary:
+    """The replicas' spread: their output rates as a distribution, and the fastest over the slowest."""
+    rates = [replica.throughput.output_tokens_per_second for replica in replicas]
+    spread = Distribution()
+    spread.extend(rates)
+    slowest = min(rates)
+    return ReplicasSummary(
+        count=len(replicas),
+        output_tokens_per_second=spread.summary(),
+        straggler_ratio=max(rates) / slowest if slowest > 0 else None,
+    )
 
 
 def _finite(value: float) -> float | None:

@@ -28,7 +28,9 @@ from batchmark.runner.config.sweep import WORKER_FIELDS, reloads_engine
 from batchmark.runner.data.requests import DataSource, RecordsData, RequestSpec, SyntheticText, data_summary
 from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
 from batchmark.runner.dispatch.messages import BatchReport
-from batchmark.runner.dispatch.worker import EngineWorker, WorkerFailed, WorkerReady
+from batchmark.runner.dispatch.replica_devices import DeviceSplitError, ReplicaDevices, split_devices
+from batchmark.runner.dispatch.replicas import EngineReplicas, ReplicasReady
+from batchmark.runner.dispatch.worker import WorkerFailed
 from batchmark.runner.engines.registry import engine_entry, engine_packages, engine_summary, unloaded_engine_summary
 from batchmark.runner.engines.tokens import tokens_for
 from batchmark.runner.lifecycle.shutdown import StopFlag
@@ -44,6 +46,7 @@ from batchmark.runner.results.report import (
     SearchSummary,
     SweepSummary,
 )
+from batchmark.runner.results.scaling import with_scaling_efficiency
 from batchmark.runner.run.aggregator import Aggregator, Window
 from batchmark.runner.run.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.run.profiles import Strategy, initial_strategies, sweep_rates
@@ -77,9 +80,9 @@ class BenchmarkRunner:
         self.run_id = uuid.uuid4().hex[:12]
         self.created_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         self.next_request_id = 0  # unique across a sweep's benchmarks, so late reports are recognised
-        self.worker_cpu = 0.0  # the worker's harness CPU seconds, as its latest report said
-        self._worker: EngineWorker | None = None
-        self._ready: WorkerReady | None = None  # the first load: the report's engine
+        self.worker_cpu: list[float] = []  # each replica worker's harness CPU seconds, as its latest report said
+        self._worker: EngineReplicas | None = None
+        self._ready: ReplicasReady | None = None  # the first load: the report's engine
         self._load_started: float | None = None
         self._budget = RequestBudget(config.slo)
         self.points: list[dict[str, Any]] = config.sweep.points() if config.sweep is not None else [{}]
@@ -96,35 +99,39 @@ class BenchmarkRunner:
     def check(self) -> None:
         """The main process's cheap readiness check: loads nothing."""
         for backend in {_engine_key(backend): backend for backend in self._backends}.values():
+            replica_devices(backend)
             VllmPythonBatchBackend(backend, self.config.data.seed).validate()
 
-    def start(self) -> WorkerReady | None:
+    def start(self) -> ReplicasReady | None:
         """Load the engine of the first point; None when a stop request came first or the engine failed to load
         (``failure``)."""
         self._load_started = time.monotonic()
         return self._load(0, first_benchmark=0)
 
-    def _load(self, point: int, first_benchmark: int) -> WorkerReady | None:
+    def _load(self, point: int, first_benchmark: int) -> ReplicasReady | None:
         self.close()
         if self.stop.is_set():
             return None
         backend = self._backends[point]
         self.observers.on_phase("loading")
-        self._worker = EngineWorker(backend, self.config.data.seed)
         try:
+            self._worker = EngineReplicas(backend, self.config.data.seed, replica_devices(backend))
             ready = self._worker.start(cancel=self.stop)
-        except WorkerFailed as error:
+        except (WorkerFailed, DeviceSplitError) as error:
             self.failure = f"the engine failed to load: {error}"
             return None
         if ready is None:
             return None
         self._ready = self._ready or ready
         self._loaded = backend
+        self.worker_cpu = [0.0] * self._worker.count  # new workers count from their load
         swept = {name: value for name, value in self.points[point].items() if reloads_engine(name)}
         self._loads.append(
-            EngineLoad(swept=swept, load_seconds=ready.load_seconds, pid=ready.pid, first_benchmark=first_benchmark)
+            EngineLoad(
+                swept=swept, load_seconds=ready.load_seconds, pid=ready.first.pid, first_benchmark=first_benchmark
+            )
         )
-        self.observers.on_engine_loaded(ready.info, ready.load_seconds)
+        self.observers.on_engine_loaded(ready.first.info, ready.load_seconds)
         return ready
 
     def close(self, grace: float | None = None, hurry: StopFlag | None = None) -> None:
@@ -280,6 +287,7 @@ class BenchmarkRunner:
         reload_seconds: float,
         search_outcome: SearchOutcome | None = None,
     ) -> RunReport:
+        results = with_scaling_efficiency(results, [self._backends[result.point].replicas for result in results])
         complete = self._ready is not None and not self._ended and not any(result.interrupted for result in results)
         stop_reason = None
         if not complete:
@@ -337,7 +345,11 @@ class BenchmarkRunner:
         if self._ready is None:
             loading = time.monotonic() - self._load_started if self._load_started is not None else 0.0
             return unloaded_engine_summary(self.config.backend, loading)
-        return engine_summary(self._ready.info, self._ready.load_seconds)
+        summary = engine_summary(self._ready.first.info, self._ready.load_seconds)
+        if len(self._ready.replicas) == 1:
+            return summary
+        devices = [share.describe() for share in self._ready.devices]
+        return summary.model_copy(update={"replicas": len(devices), "replica_devices": devices})
 
     def _run_one(self, strategy: Strategy, drain_after: bool, point: int, backend: BackendConfig) -> BenchmarkResult:
         assert self._worker is not None
@@ -353,7 +365,7 @@ class BenchmarkRunner:
             aggregator = execution.aggregator
             update["slo"] = verdict(self.config.slo, result, aggregator.good_requests, aggregator.good_output_tokens)
         if self.config.cost is not None:
-            update["cost"] = price(self.config.cost, backend.vllm_config, result.throughput)
+            update["cost"] = price(self.config.cost, backend.vllm_config, result.throughput, backend.replicas)
         return result.model_copy(update=update)
 
 
@@ -383,6 +395,12 @@ def visit_order(engine_keys: list[str], repeats: int, seed: int) -> list[tuple[i
             order.extend((point, repeat) for point in round_order)
         start = end
     return order
+
+
+def replica_devices(backend: BackendConfig) -> list[ReplicaDevices]:
+    """Each of the backend's replicas' devices here (DeviceSplitError: too few for them)."""
+    ranks = engine_entry(backend.engine).pod.gpus(backend.vllm_config, "backend.vllm_config")
+    return split_devices(backend.replicas, ranks)
 
 
 def _engine_key(backend: BackendConfig) -> str:
@@ -436,6 +454,7 @@ class _Execution:
             self.runner.config.sample_requests,
             worker_cpu_start=self.runner.worker_cpu,
             budget=self.runner._budget,
+            replica_devices=self.worker.device_names if self.worker.count > 1 else None,
         )
         deadline = start + self.max_seconds if self.max_seconds is not None else math.inf
         limit = self.strategy.max_concurrency or math.inf
@@ -485,6 +504,7 @@ class _Execution:
             incomplete=len(self.in_flight),
             interrupted=interrupted,
             strategy=self.strategy,
+            incomplete_by_replica=self.worker.in_flight if self.worker.count > 1 else None,
         )
 
     def _receive(self, aggregator: Aggregator, timeout: float) -> None:
@@ -514,7 +534,8 @@ class _Execution:
                 self.errors_total += failed
                 self.recent_outcomes.append(failed)
         self.queued = report.queue_depth
-        self.runner.worker_cpu = max(self.runner.worker_cpu, report.harness_cpu)
+        worker_cpu = self.runner.worker_cpu
+        worker_cpu[report.replica] = max(worker_cpu[report.replica], report.harness_cpu)
         event = BatchEvent(report=report, enqueued=enqueued, measured=measured)
         aggregator.on_batch(event)
         self.observers.on_batch(event)

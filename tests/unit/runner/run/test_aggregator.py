@@ -74,7 +74,7 @@ def timed_batch(batch_id: int, first: int, size: int, started: float, engine: fl
 
 def test_utilisation_counts_only_the_engine_calls_and_overhead_is_a_distribution() -> None:
     aggregator = Aggregator(
-        start=0.0, started_wall=0.0, first_id=0, window=Window(), sample_requests=0, worker_cpu_start=0.001
+        start=0.0, started_wall=0.0, first_id=0, window=Window(), sample_requests=0, worker_cpu_start=[0.001]
     )
     # Ten batches back to back, each 90 ms in generate() and 10 ms of the harness's own work.
     for index in range(10):

@@ -22,6 +22,7 @@ from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.budget import describe_point
 from batchmark.runner.results.htmlreport.charts import Chart, Rule, Series, bar_chart, colour, format_number, line_chart
 from batchmark.runner.results.htmlreport.repeats import repeated_notes, repeated_rows
+from batchmark.runner.results.htmlreport.replicas import replica_rows
 from batchmark.runner.results.htmlreport.tables import columns, summary_rows, sweep_rows
 from batchmark.runner.results.notes import data_note, run_notes
 from batchmark.runner.results.presentation import (
@@ -484,6 +485,7 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
         sweep_rows=sweep_rows(reports),
         sweep_notes=sweep_notes(reports),
         repeated_rows=repeated_rows(reports),
+        replica_rows=replica_rows(reports),
         repeated_notes=repeated_notes(reports),
         charts=charts(reports),
         version=__version__,
