@@ -219,6 +219,19 @@ def tokens_graph() -> timeseries.Panel:
     )
 
 
+def replicas_graph() -> timeseries.Panel:
+    return graph(
+        "Output tokens/s per engine replica",
+        "Each engine replica's generated tokens per second (backend.replicas; one line with one replica): an uneven"
+        " fleet shows as lines apart, a stalled replica as one falling to zero.",
+        "short",
+        query(
+            f"sum by (benchmark, run_id, replica) (rate({OUTPUT_TOKENS}{{{RUN}}}[{RATE}]))",
+            "replica {{replica}} {{benchmark}} {{run_id}}",
+        ),
+    )
+
+
 def requests_graph() -> timeseries.Panel:
     return graph(
         "Requests/s",
@@ -311,7 +324,7 @@ def errors_graph() -> timeseries.Panel:
 # The run dashboard's rows and the panels of each, in order.
 RUN_ROWS: Final[tuple[tuple[str, tuple[Callable[[], Builder[models.Panel]], ...]], ...]] = (
     ("Overview", (phase_stat, model_stat, engine_load_stat, output_tokens_stat, errored_stat, phase_timeline)),
-    ("Throughput", (tokens_graph, requests_graph)),
+    ("Throughput", (tokens_graph, requests_graph, replicas_graph)),
     ("Latency", (latency_graph, waits_graph)),
     ("Batching", (batch_size_graph, in_flight_graph, batch_duration_graph, errors_graph)),
 )

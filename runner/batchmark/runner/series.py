@@ -107,8 +107,10 @@ def info(series: Series, registry: CollectorRegistry) -> Info:
 
 
 # The runner's live series. Every one carries the run's name, its id and the backend's batch size (a sweep's runs
-# change it between points); no other label takes open-ended values.
+# change it between points), and those of one engine's work its replica; no other label takes open-ended values.
 RUN_LABELS: Final = ("benchmark", "run_id", "batch_size")
+# What one engine did also carries which of the run's engine replicas did it ("0" with one; backend.replicas).
+ENGINE_LABELS: Final = (*RUN_LABELS, "replica")
 # Waits and latencies from 1 ms (a tiny batch on a fast GPU) to 1 h (a huge offline batch), roughly three
 # buckets per decade, so a histogram_quantile() stays within a factor of about 2 anywhere in that range.
 SECONDS_BUCKETS: Final[tuple[float, ...]] = (
@@ -125,24 +127,24 @@ REQUESTS: Final = Series(
     "batchmark_requests",
     "counter",
     "Measured requests by outcome: success, error, or incomplete (in flight when a benchmark stopped).",
-    (*RUN_LABELS, "outcome"),
+    (*ENGINE_LABELS, "outcome"),
     "runner",
 )
 PROMPT_TOKENS: Final = Series(
     "batchmark_prompt_tokens",
     "counter",
     "Prompt tokens of measured successful requests, as the engine counted.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
 )
 OUTPUT_TOKENS: Final = Series(
-    "batchmark_output_tokens", "counter", "Tokens generated for measured successful requests.", RUN_LABELS, "runner"
+    "batchmark_output_tokens", "counter", "Tokens generated for measured successful requests.", ENGINE_LABELS, "runner"
 )
 REQUEST_LATENCY: Final = Series(
     "batchmark_request_latency_seconds",
     "histogram",
     "Enqueue to completion of measured requests.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
     SECONDS_BUCKETS,
 )
@@ -150,7 +152,7 @@ QUEUE_WAIT: Final = Series(
     "batchmark_queue_wait_seconds",
     "histogram",
     "Enqueue to dispatch into the engine.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
     SECONDS_BUCKETS,
 )
@@ -158,7 +160,7 @@ BATCH_WAIT: Final = Series(
     "batchmark_batch_wait_seconds",
     "histogram",
     "Enqueue until the request's micro-batch was complete (filled or timed out).",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
     SECONDS_BUCKETS,
 )
@@ -166,7 +168,7 @@ BATCH_DURATION: Final = Series(
     "batchmark_batch_duration_seconds",
     "histogram",
     "One generate() call of a measured micro-batch.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
     SECONDS_BUCKETS,
 )
@@ -175,7 +177,7 @@ DISPATCH_OVERHEAD: Final = Series(
     "histogram",
     "The harness's own time per measured batch (per report in continuous dispatch), outside the engine's "
     "calls: the engine waits for all of it.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
     OVERHEAD_BUCKETS,
 )
@@ -184,14 +186,14 @@ ENGINE_BUSY: Final = Series(
     "counter",
     "Seconds inside the engine's own calls (generate() or step()) for measured batches; its rate is the "
     "engine utilisation.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
 )
 ENGINE_STEPS: Final = Series(
     "batchmark_engine_steps",
     "counter",
     "Engine steps (scheduler iterations) of measured batches.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
 )
 # Its buckets follow the run's largest batch size (powers of two up to it): the runner passes them.
@@ -199,7 +201,7 @@ EFFECTIVE_BATCH_SIZE: Final = Series(
     "batchmark_effective_batch_size",
     "histogram",
     "Requests per measured micro-batch, as dispatched.",
-    RUN_LABELS,
+    ENGINE_LABELS,
     "runner",
 )
 REQUESTS_IN_FLIGHT: Final = Series(

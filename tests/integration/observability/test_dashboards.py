@@ -43,13 +43,15 @@ def test_every_benchmark_run_query_returns_data_from_a_real_run(tmp_path: Path) 
                 NAME,
                 # time_scale=1: the run lasts several scrapes, so rates and quantiles have samples to work on.
                 "--backend",
-                "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated,simulation.time_scale=1",
+                # Two replicas: the per-replica panel has a line for each.
+                "kind=vllm_python_batch,model=Qwen/Qwen3-0.6B,batch_size=8,engine=simulated,simulation.time_scale=1,"
+                "replicas=2",
                 "--data",
                 "kind=synthetic_text,prompt_tokens=256,output_tokens=64",
                 "--profile",
                 "kind=throughput,max_concurrency=16",
                 "--constraint",
-                "kind=max_requests,count=160",
+                "kind=max_requests,count=320",  # two replicas: as many seconds of running as one with 160
                 "--output",
                 str(results),
                 "--metrics-port",
@@ -75,7 +77,10 @@ def test_every_benchmark_run_query_returns_data_from_a_real_run(tmp_path: Path) 
         checked = 0
         for where, expr in queries(board("benchmark-run.json")):
             promql = substitute(expr, values)
-            assert prom.query(promql, at=at), f"{where} returned nothing: {promql}"
+            found = prom.query(promql, at=at)
+            assert found, f"{where} returned nothing: {promql}"
+            if "by (benchmark, run_id, replica)" in expr:
+                assert len(found) == 2, f"{where}: one series per replica expected: {found}"
             checked += 1
         assert checked >= 20
         # "All" is `.*` for every variable: the same queries find the run without a selection.

@@ -4,16 +4,18 @@ The counters and histograms follow the report's own accounting: they count the r
 measures (warm-up and cool-down excluded), so ``batchmark_output_tokens_total`` at the end of a run equals the
 report's ``tokens.output`` summed over its benchmarks, and a dashboard and the results file never disagree.
 Every series carries ``benchmark`` (the run's name), ``run_id`` and ``batch_size`` (the backend's, which a sweep
-changes between its points: as many values as the sweep has); no other label takes open-ended values.
+changes between its points: as many values as the sweep has), and those of one engine's work ``replica`` (its
+index among backend.replicas, "0" with one); no other label takes open-ended values.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any, Final
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from batchmark.runner import __version__, series
 from batchmark.runner.config.run import RunConfig
@@ -35,6 +37,23 @@ def batch_size_buckets(batch_size: int) -> tuple[float, ...]:
         bound *= 2
     bounds.append(float(batch_size))
     return tuple(bounds)
+
+
+@dataclass(frozen=True)
+class _EngineSeries:
+    """The series of one engine replica's work, bound to its labels at one sweep point."""
+
+    requests: dict[str, Counter]
+    prompt_tokens: Counter
+    output_tokens: Counter
+    latency: Histogram
+    queue_wait: Histogram
+    batch_wait: Histogram
+    batch_duration: Histogram
+    batch_size: Histogram
+    dispatch_overhead: Histogram
+    engine_busy: Counter
+    engine_steps: Counter
 
 
 class MetricsObserver(RunObserver):
@@ -74,23 +93,19 @@ class MetricsObserver(RunObserver):
             }
         )
         self._phase: Phase = "loading"
+        swept_replicas = (config.sweep.replicas or []) if config.sweep is not None else []
+        self._replica_count = max([config.backend.replicas, *swept_replicas])
         self._bind(config.backend.batch_size)
         self.on_phase("loading")
 
     def _bind(self, batch_size: int) -> None:
         """Point every series at this batch size (a sweep's point); the previous point's series keep their values."""
         labels = {**self._run_labels, "batch_size": str(batch_size)}
-        self._requests = {outcome: self._requests_family.labels(**labels, outcome=outcome) for outcome in OUTCOMES}
-        self._prompt_tokens = self._prompt_tokens_family.labels(**labels)
-        self._output_tokens = self._output_tokens_family.labels(**labels)
-        self._latency = self._latency_family.labels(**labels)
-        self._queue_wait = self._queue_wait_family.labels(**labels)
-        self._batch_wait = self._batch_wait_family.labels(**labels)
-        self._batch_duration = self._batch_duration_family.labels(**labels)
-        self._batch_size = self._batch_size_family.labels(**labels)
-        self._dispatch_overhead = self._dispatch_overhead_family.labels(**labels)
-        self._engine_busy = self._engine_busy_family.labels(**labels)
-        self._engine_steps = self._engine_steps_family.labels(**labels)
+        self._labels = labels
+        self._engines: dict[int, _EngineSeries] = {}
+        # Every replica's series exist from the start, at 0, so that increase() and rate() see their first events.
+        for replica in range(self._replica_count):
+            self._engine(replica)
         self._in_flight = self._in_flight_family.labels(**labels)
         self._queued = self._queued_family.labels(**labels)
         self._load_seconds = self._load_seconds_family.labels(**labels)
@@ -114,8 +129,29 @@ class MetricsObserver(RunObserver):
     def on_engine_loaded(self, info: EngineInfo, load_seconds: float) -> None:
         self._load_seconds.set(load_seconds)
 
+    def _engine(self, replica: int) -> _EngineSeries:
+        """The series of one engine replica's work at the current point, made when it first reports."""
+        found = self._engines.get(replica)
+        if found is None:
+            labels = {**self._labels, "replica": str(replica)}
+            found = self._engines[replica] = _EngineSeries(
+                requests={outcome: self._requests_family.labels(**labels, outcome=outcome) for outcome in OUTCOMES},
+                prompt_tokens=self._prompt_tokens_family.labels(**labels),
+                output_tokens=self._output_tokens_family.labels(**labels),
+                latency=self._latency_family.labels(**labels),
+                queue_wait=self._queue_wait_family.labels(**labels),
+                batch_wait=self._batch_wait_family.labels(**labels),
+                batch_duration=self._batch_duration_family.labels(**labels),
+                batch_size=self._batch_size_family.labels(**labels),
+                dispatch_overhead=self._dispatch_overhead_family.labels(**labels),
+                engine_busy=self._engine_busy_family.labels(**labels),
+                engine_steps=self._engine_steps_family.labels(**labels),
+            )
+        return found
+
     def on_batch(self, event: BatchEvent) -> None:
         report = event.report
+        engine = self._engine(report.replica)
         succeeded = failed = prompt_tokens = output_tokens = 0
         for completion, enqueued_at, measured, dispatched_at in zip(
             report.completions, event.enqueued, event.measured, report.dispatch_times(), strict=True
@@ -128,24 +164,24 @@ class MetricsObserver(RunObserver):
             succeeded += 1
             prompt_tokens += completion.prompt_tokens
             output_tokens += completion.output_tokens
-            self._latency.observe(report.finished_at - enqueued_at)
-            self._queue_wait.observe(dispatched_at - enqueued_at)
-            self._batch_wait.observe(report.batch_wait(enqueued_at))
+            engine.latency.observe(report.finished_at - enqueued_at)
+            engine.queue_wait.observe(dispatched_at - enqueued_at)
+            engine.batch_wait.observe(report.batch_wait(enqueued_at))
         # Counters move once per batch, by the batch's sums: a scrape never sees half a batch counted, and the
         # dispatcher pays one locked increment per series and batch rather than per request.
         if succeeded:
-            self._requests["success"].inc(succeeded)
-            self._prompt_tokens.inc(prompt_tokens)
-            self._output_tokens.inc(output_tokens)
+            engine.requests["success"].inc(succeeded)
+            engine.prompt_tokens.inc(prompt_tokens)
+            engine.output_tokens.inc(output_tokens)
         if failed:
-            self._requests["error"].inc(failed)
+            engine.requests["error"].inc(failed)
         if succeeded or failed:
-            self._engine_busy.inc(report.engine_busy)
-            self._engine_steps.inc(report.steps)
+            engine.engine_busy.inc(report.engine_busy)
+            engine.engine_steps.inc(report.steps)
         if (succeeded or failed) and report.effective_batch_size > 0:
-            self._dispatch_overhead.observe(report.overhead_seconds)
-            self._batch_duration.observe(report.finished_at - report.started_at)
-            self._batch_size.observe(report.effective_batch_size)
+            engine.dispatch_overhead.observe(report.overhead_seconds)
+            engine.batch_duration.observe(report.finished_at - report.started_at)
+            engine.batch_size.observe(report.effective_batch_size)
         self._queued.set(report.queue_depth)
 
     def on_progress(self, progress: Progress) -> None:
@@ -153,7 +189,11 @@ class MetricsObserver(RunObserver):
         self._queued.set(progress.queued)
 
     def on_benchmark_end(self, result: BenchmarkResult) -> None:
-        self._requests["incomplete"].inc(result.requests.incomplete)
+        if result.replicas:
+            for replica in result.replicas:
+                self._engine(replica.replica).requests["incomplete"].inc(replica.requests.incomplete)
+        else:
+            self._engine(0).requests["incomplete"].inc(result.requests.incomplete)
         self._in_flight.set(0)
 
 

@@ -14,7 +14,7 @@ from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer, batch_size_buckets
 from batchmark.runner.run.events import BatchEvent, Progress
-from batchmark.runner.series import SECONDS_BUCKETS
+from batchmark.runner.series import RUNNER_SERIES, SECONDS_BUCKETS
 from tests.unit.observability_data import CONFIG, batch, benchmark
 
 LABELS = {"benchmark": "unit", "run_id": "r1", "batch_size": "4"}
@@ -30,6 +30,10 @@ def samples(observer: MetricsObserver) -> dict[tuple[str, frozenset[tuple[str, s
 
 
 def value(observer: MetricsObserver, name: str, **labels: str) -> float:
+    """One sample's value; a series of one engine's work is replica 0's unless ``replica`` is given."""
+    declared = next(series for series in RUNNER_SERIES if name in series.samples)
+    if "replica" in declared.labels:
+        labels.setdefault("replica", "0")
     return samples(observer)[(name, frozenset({**LABELS, **labels}.items()))]
 
 
@@ -155,3 +159,17 @@ def test_a_sweep_moves_the_series_to_each_points_batch_size() -> None:
     assert value(observer, "batchmark_phase", batch_size="2", phase="measuring") == 0
     # Buckets up to the largest size swept.
     assert value(observer, "batchmark_effective_batch_size_bucket", batch_size="16", le="16.0") == 1
+
+
+def test_each_engine_replicas_work_carries_its_replica_and_every_replica_is_there_from_the_start() -> None:
+    config = CONFIG.model_copy(update={"backend": CONFIG.backend.model_copy(update={"replicas": 2})})
+    observer = MetricsObserver(config, "r1")
+    assert value(observer, "batchmark_output_tokens_total", replica="1") == 0
+    event = batch(0, 0, 4, 0.2)
+    observer.on_batch(BatchEvent(event.report._replace(replica=1), event.enqueued, event.measured))
+    assert value(observer, "batchmark_output_tokens_total", replica="0") == 0
+    assert value(observer, "batchmark_output_tokens_total", replica="1") == 8 * 4
+    assert value(observer, "batchmark_request_latency_seconds_count", replica="1") == 4
+    # Run-wide gauges have no replica.
+    observer.on_progress(Progress(1.0, 8, 4, 0, 4, 0, 32, None, None))
+    assert value(observer, "batchmark_requests_in_flight") == 4
