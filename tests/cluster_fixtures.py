@@ -23,6 +23,7 @@ from devtools.cluster.controlplane import (
     locate_binaries,
     locate_runtime_binaries,
 )
+from devtools.cluster.jobset import JobSet, locate_jobset
 from devtools.cluster.kueue import Kueue, locate_kueue
 
 # What tests see: the control plane, with `kubeconfig`, `server`, `api_client()`, `kubectl()`, `helm()`,
@@ -160,6 +161,23 @@ def kueue(kube_cluster: KubeCluster) -> Iterator[Kueue]:
     except ClusterBinariesMissingError as error:
         _skip_or_fail(error)
     manager = Kueue(kube_cluster, binaries)
+    try:
+        manager.start()
+        yield manager
+    finally:
+        manager.stop()
+
+
+@pytest.fixture(scope="session")
+def jobset(kube_cluster: KubeCluster) -> Iterator[JobSet]:
+    """JobSet's manager running against the session's control plane, its CRD installed, from the first test
+    that asks for it to the end of the session (its JobSets are namespaced: each test's go with its namespace).
+    Independent of `kueue`: Kueue installs JobSet's CRD itself, and either may start first."""
+    try:
+        binaries = locate_jobset()
+    except ClusterBinariesMissingError as error:
+        _skip_or_fail(error)
+    manager = JobSet(kube_cluster, binaries)
     try:
         manager.start()
         yield manager

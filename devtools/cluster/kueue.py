@@ -1,7 +1,8 @@
 """Kueue's manager, built from its Go module by `build`, run as a local process against a ControlPlane.
 
-It manages `batch/v1` Jobs that are created suspended with the `kueue.x-k8s.io/queue-name` label, admits them
-against ClusterQueue quotas and unsuspends them; the nodes' kubelets then run their pods. No webhooks are
+It manages `batch/v1` Jobs and JobSets (jobset.x-k8s.io, run by devtools/cluster/jobset.py) that are created
+suspended with the `kueue.x-k8s.io/queue-name` label, admits them against ClusterQueue quotas (a JobSet as one
+Workload, all its pods or none) and unsuspends them; the nodes' kubelets then run their pods. No webhooks are
 registered with the API server (devtools/cluster/README.md says why); its visibility server (queue positions) is
 registered as an APIService, served through the API server's aggregation layer. Kueue acts as the cluster's
 admin.
@@ -33,6 +34,7 @@ from devtools.cluster.controlplane import (
     free_port,
     pinned_version,
 )
+from devtools.cluster.jobset import install_jobset_crds, jobset_directory
 from devtools.cluster.pki import make_serving_pair
 
 KUEUE_NAMESPACE = "kueue-system"
@@ -40,6 +42,8 @@ KUEUE_NAMESPACE = "kueue-system"
 # is off; no flag moves it. `scripts/setup/cluster.sh` writes a self-signed pair there once (README.md).
 METRICS_CERTIFICATE_DIRECTORY = Path("/etc/kueue/metrics/certs")
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue's name for its JobSet integration.
+JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
 # Its visibility server reads its certificate from this fixed folder (tls.crt, tls.key) when the internal
 # certificate management is off; no flag or setting moves it. `scripts/setup/cluster.sh` writes one there once.
 VISIBILITY_CERTIFICATE_DIRECTORY = Path("/visibility")
@@ -58,21 +62,27 @@ def kueue_version() -> str:
 
 @dataclass(frozen=True)
 class KueueBinaries:
-    """Kueue's manager and the folder of its CRDs (the module's config/components/crd/bases)."""
+    """Kueue's manager and the folder of its CRDs (the module's config/components/crd/bases), and the folder of
+    JobSet's CRD (its JobSet integration watches JobSets)."""
 
     manager: Path
     crds: Path
+    jobset_crds: Path
 
 
 def locate_kueue() -> KueueBinaries:
-    """Find the cached Kueue build and its metrics certificate, or say how to get them."""
+    """Find the cached Kueue build, its metrics certificate and JobSet's CRD, or say how to get them."""
     directory = cache_directory() / f"kueue-{kueue_version()}"
-    binaries = KueueBinaries(manager=directory / "kueue", crds=directory / "crds")
+    binaries = KueueBinaries(
+        manager=directory / "kueue", crds=directory / "crds", jobset_crds=jobset_directory() / "crds"
+    )
     missing = []
     if not os.access(binaries.manager, os.X_OK):
         missing.append(str(binaries.manager))
     if not any(binaries.crds.glob("*.yaml")):
         missing.append(f"Kueue's CRDs in {binaries.crds}")
+    if not any(binaries.jobset_crds.glob("*.yaml")):
+        missing.append(f"JobSet's CRD in {binaries.jobset_crds}")
     for server, directory in (
         ("metrics", METRICS_CERTIFICATE_DIRECTORY),
         ("visibility", VISIBILITY_CERTIFICATE_DIRECTORY),
@@ -102,7 +112,10 @@ def kueue_configuration(
         "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
         # The webhook server starts (its readiness is part of Kueue's /readyz) but nothing calls it.
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(webhook_certificates)},
-        "integrations": {"frameworks": ["batch/job"]},
+        # JobSets too: one Workload per JobSet, a PodSet per replicatedJob. Kueue sets its JobSet controller up
+        # only once JobSet's API exists, polling with a back-off of up to 2 minutes while it does not, so
+        # start() installs JobSet's CRD first.
+        "integrations": {"frameworks": ["batch/job", JOBSET_FRAMEWORK]},
         # Queue positions (feature gate VisibilityOnDemand, on by default): an API server of its own that the
         # cluster's API server proxies to (register_visibility_api). Its default is every interface, port 8082.
         "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": visibility_port},
@@ -136,10 +149,12 @@ class Kueue:
         return self._record is not None and processes.is_alive(self._record)
 
     def install_crds(self) -> None:
-        """Apply Kueue's CRDs (server-side: some are too large for client-side apply's annotation)."""
+        """Apply Kueue's CRDs (server-side: some are too large for client-side apply's annotation), and
+        JobSet's, which its JobSet integration needs before it starts (whether or not JobSet's manager runs)."""
         crds = str(self.binaries.crds)
         self.control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds)
         self.control_plane.wait("--for=condition=Established", "-f", crds, timeout_seconds=60)
+        install_jobset_crds(self.control_plane, self.binaries.jobset_crds)
 
     def start(self, timeout_seconds: float = 120) -> None:
         """Install the CRDs, create Kueue's namespace and start the manager; return once it is ready."""

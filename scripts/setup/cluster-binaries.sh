@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the Kubernetes Go module,
-# and helm and Kueue's manager (with Kueue's CRDs) from modules of their own, at the versions pinned in
+# and helm, Kueue's manager (with Kueue's CRDs) and JobSet's manager (with its CRD) from modules of their own, at the versions pinned in
 # devtools/cluster/go/*/go.mod (beside the control plane code, which reads the same pins to find them); and, for
 # the `containers` runtime (real kubelets, see devtools/cluster/README.md), the kubelet from the same Kubernetes
 # module, the pause program from its source, containerd, crictl and the CNI plugins from modules of their own.
@@ -18,10 +18,11 @@ pinned() { # go.mod module -> version
 kube_version="$(pinned "$go_modules/kube/go.mod" k8s.io/kubernetes)"
 helm_version="$(pinned "$go_modules/helm/go.mod" helm.sh/helm/v4)"
 kueue_version="$(pinned "$go_modules/kueue/go.mod" sigs.k8s.io/kueue)"
+jobset_version="$(pinned "$go_modules/jobset/go.mod" sigs.k8s.io/jobset)"
 containerd_version="$(pinned "$go_modules/containerd/go.mod" github.com/containerd/containerd/v2)"
 cni_version="$(pinned "$go_modules/cni/go.mod" github.com/containernetworking/plugins)"
 crictl_version="$(pinned "$go_modules/critools/go.mod" sigs.k8s.io/cri-tools)"
-for version in "$kube_version" "$helm_version" "$kueue_version" "$containerd_version" "$cni_version" "$crictl_version"; do
+for version in "$kube_version" "$helm_version" "$kueue_version" "$jobset_version" "$containerd_version" "$cni_version" "$crictl_version"; do
     [[ -n "$version" ]] || { echo "build: cannot read the pinned versions" >&2; exit 1; }
 done
 
@@ -57,8 +58,8 @@ build_into() { # module-dir target-dir ldflags package...
 # Kubernetes builds (CPU): each build then finds them in the module cache. A failed download costs nothing: the
 # build downloads what it misses itself.
 prefetches=()
-for module_and_target in "helm:helm-$helm_version" "kueue:kueue-$kueue_version" "containerd:containerd-$containerd_version" \
-    "critools:crictl-$crictl_version" "cni:cni-plugins-$cni_version"; do
+for module_and_target in "helm:helm-$helm_version" "kueue:kueue-$kueue_version" "jobset:jobset-$jobset_version" \
+    "containerd:containerd-$containerd_version" "critools:crictl-$crictl_version" "cni:cni-plugins-$cni_version"; do
     if [[ ! -d "$cache/${module_and_target#*:}" ]]; then
         (cd "$go_modules/${module_and_target%%:*}" && nice -n 10 go mod download >/dev/null 2>&1) &
         prefetches+=("$!")
@@ -90,6 +91,18 @@ copy_kueue_crds() { # partial-dir
 after_build=copy_kueue_crds build_into "$go_modules/kueue" "$cache/kueue-$kueue_version" \
     "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version" \
     sigs.k8s.io/kueue/cmd/kueue
+
+# JobSet's manager is its module's root package (main.go; cmd/ holds only an in-place restart agent), so the
+# binary is named `jobset` after the module; its CRD goes beside it, from the same module version.
+copy_jobset_crds() { # partial-dir
+    local source
+    source="$(cd "$go_modules/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
+    cp -r "$source/config/components/crd/bases" "$1/crds"
+    chmod -R u+w "$1/crds"
+}
+after_build=copy_jobset_crds build_into "$go_modules/jobset" "$cache/jobset-$jobset_version" \
+    "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$jobset_version -X sigs.k8s.io/jobset/pkg/version.GitCommit=" \
+    sigs.k8s.io/jobset
 
 # The containers runtime. The kubelet goes into a folder of its own, so that adding it rebuilt nothing above.
 build_pause() { # partial-dir: Kubernetes' pause program (the pod sandbox's process), from the module's source

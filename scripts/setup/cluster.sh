@@ -2,7 +2,7 @@
 # One-time set-up for the local control plane: etcd from Debian's etcd-server package, runc and iptables (the
 # `containers` runtime's: containerd runs containers with runc, and the API server's address for pods is a
 # DNAT rule), the certificates Kueue's metrics and visibility servers read from fixed paths, then the
-# Kubernetes binaries, the kubelet, containerd, the CNI plugins, helm and Kueue (see cluster-binaries.sh).
+# Kubernetes binaries, the kubelet, containerd, the CNI plugins, helm, Kueue and JobSet (see cluster-binaries.sh).
 # Safe to run again: what is there already is kept.
 set -euo pipefail
 
