@@ -517,7 +517,15 @@ class ControlPlane:
         assert self._network is not None
         binaries = locate_runtime_binaries()
         self._network.route_api_server(binaries.iptables, apiserver_port)
-        start_cluster_dns(self._network, self.layout.log_directory, self.layout.pid_directory)
+        start_cluster_dns(
+            self._network,
+            self.layout.log_directory,
+            self.layout.pid_directory,
+            server=self.server,
+            certificate_authority=self.pki.ca.certificate,
+            client_certificate=self.pki.admin.certificate,
+            client_key=self.pki.admin.key,
+        )
         for index, name in enumerate(self.node_names):
             gpus = self.gpus_per_node if name in self.gpu_node_names else 0
             manifest = node_manifest(name, gpus, self.gpu_product)

@@ -196,12 +196,30 @@ class PodNetwork:
         record.unlink(missing_ok=True)
 
 
-def start_cluster_dns(network: PodNetwork, log_directory: Path, pid_directory: Path) -> None:
-    """The cluster DNS on the bridge's gateway address, answering the `kubernetes` Service's names."""
+def start_cluster_dns(
+    network: PodNetwork,
+    log_directory: Path,
+    pid_directory: Path,
+    *,
+    server: str,
+    certificate_authority: Path,
+    client_certificate: Path,
+    client_key: Path,
+) -> None:
+    """The cluster DNS on the bridge's gateway address: the `kubernetes` Service's names from the start, and the
+    names of every Service and headless Service's endpoints (pods' hostnames) it watches through the API server
+    at `server`, as the client of `client_certificate`."""
     names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", f"kubernetes.default.svc.{CLUSTER_DOMAIN}"]
     command = [sys.executable, "-m", "devtools.cluster.clusterdns", "--address", network.gateway]
     for name in names:
         command += ["--record", f"{name}={network.api_address}"]
+    command += [
+        f"--cluster-domain={CLUSTER_DOMAIN}",
+        f"--server={server}",
+        f"--certificate-authority={certificate_authority}",
+        f"--client-certificate={client_certificate}",
+        f"--client-key={client_key}",
+    ]
     processes.start_detached(
         "cluster-dns",
         command,
@@ -485,7 +503,7 @@ state = "{state}"
             "failSwapOn": False,
             "protectKernelDefaults": False,
             "resolvConf": "/etc/resolv.conf",
-            # The cluster DNS (clusterdns.py) on the host's bridge address: the `kubernetes` Service's names.
+            # The cluster DNS (clusterdns.py) on the host's bridge address: Services' and pods' names.
             "clusterDNS": [self.network.gateway],
             "clusterDomain": CLUSTER_DOMAIN,
             # The nodes share one disk with everything else on this machine: evict only when it is truly full,

@@ -139,8 +139,8 @@ def test_an_example_runs_to_succeeded_with_the_operator_the_chart_installed(
 
 
 def test_helm_test_finds_the_operator_answering(installed: Installed) -> None:
-    # No kube-proxy and no CoreDNS on this cluster: the metrics Service's name does not resolve in a pod, so the
-    # test pod is pointed at the operator pod's own address.
+    # No kube-proxy on this cluster: the metrics Service's name resolves (devtools/cluster/clusterdns.py) to its
+    # ClusterIP, which routes nowhere, so the test pod is pointed at the operator pod's own address.
     (pod,) = installed.operator_pods()
     pointed = installed.cluster.helm(
         "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",

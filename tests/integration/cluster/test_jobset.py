@@ -1,6 +1,7 @@
 """The real JobSet controller, run by devtools/cluster/jobset.py, runs a group of Jobs as one on the local control
-plane's kubelets: pods with stable hostnames under a headless Service, completion as one, deletion as one; and the
-real Kueue admits a JobSet whole or not at all. The ground a benchmark spanning several pods will stand on."""
+plane's kubelets: pods with stable hostnames under a headless Service, which find each other by those names through
+the cluster DNS, completion as one, deletion as one; and the real Kueue admits a JobSet whole or not at all. The
+ground a benchmark spanning several pods will stand on."""
 
 from __future__ import annotations
 
@@ -38,30 +39,63 @@ from tests.polling import wait_for
 
 pytestmark = pytest.mark.cluster
 
-# What each pod reports on its standard output, as JSON: its hostname, the fully qualified name its resolver gives
-# it (the kubelet writes `<hostname>.<subdomain>.<namespace>.svc.cluster.local` into the pod's /etc/hosts), and
-# what the coordinator's stable name resolves to through the cluster DNS (or the error).
-REPORT = """
-import json, os, socket
-coordinator = os.environ["COORDINATOR"]
-try:
-    resolved = socket.gethostbyname(coordinator)
-except OSError as error:
-    resolved = f"error: {error}"
-print(json.dumps({"hostname": socket.gethostname(), "fqdn": socket.getfqdn(), "coordinator": coordinator,
-                  "resolved": resolved}))
+# What each pod does, as a group of workers meeting before they work together would: it listens on RENDEZVOUS_PORT,
+# resolves each of its peers' stable names (PEERS, short: `<hostname>.<subdomain>`, found through the search domain
+# `<namespace>.svc.cluster.local` of its resolv.conf) as soon as it starts, retrying while the name is not there yet
+# (a peer without an address yet), connects to each and says its hostname, and waits until every peer has said
+# theirs (so none ends, and leaves the Service's endpoints, before all have found it). Then it reports on its
+# standard output, as JSON: its hostname and address, the fully qualified name its resolver gives it (the kubelet
+# writes `<hostname>.<subdomain>.<namespace>.svc.cluster.local` into its /etc/hosts), the coordinator's name, what
+# each peer's name resolved to and after how many seconds (or the error at the deadline), and whom it heard from.
+RENDEZVOUS_PORT = 7000
+REPORT = f"""
+import json, os, socket, threading, time
+me = socket.gethostname()
+peers = [name for name in os.environ.get("PEERS", "").split() if name.split(".")[0] != me]
+heard = set()
+listener = socket.create_server(("", {RENDEZVOUS_PORT}))
+def accept():
+    while True:
+        connection, _ = listener.accept()
+        with connection:
+            heard.add(connection.recv(64).decode())
+threading.Thread(target=accept, daemon=True).start()
+started = time.monotonic()
+deadline = started + 90
+resolved = {{}}
+for name in peers:
+    while True:
+        try:
+            address = socket.gethostbyname(name)
+            resolved.setdefault(name, {{"address": address, "seconds": round(time.monotonic() - started, 2)}})
+            with socket.create_connection((address, {RENDEZVOUS_PORT}), timeout=2) as connection:
+                connection.sendall(me.encode())
+            break
+        except OSError as error:
+            if time.monotonic() > deadline:
+                resolved.setdefault(name, {{"error": str(error)}})
+                break
+            time.sleep(0.1)
+while not {{peer.split(".")[0] for peer in peers}} <= heard and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(json.dumps({{"hostname": me, "address": socket.gethostbyname(me), "fqdn": socket.getfqdn(),
+                  "coordinator": os.environ["COORDINATOR"], "resolved": resolved, "heard": sorted(heard)}}))
 """
 
 
-def reporting_pod(command: list[str] | None = None, gpus: int = 0) -> dict[str, Any]:
+def reporting_pod(command: list[str] | None = None, gpus: int = 0, peers: list[str] | None = None) -> dict[str, Any]:
     """A pod spec in the runner image that runs REPORT (or `command`), knowing the coordinator's name from its
-    label through the downward API, as a benchmark's workers would."""
+    label through the downward API, as a benchmark's workers would, and meeting `peers` (none by default)."""
     container: dict[str, Any] = {
         "name": "main",
         "image": images.TAGS["runner"],
         "command": command or ["python", "-c", REPORT],
         "env": [
-            {"name": "COORDINATOR", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{COORDINATOR_LABEL}']"}}}
+            {
+                "name": "COORDINATOR",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{COORDINATOR_LABEL}']"}},
+            },
+            {"name": "PEERS", "value": " ".join(peers or [])},
         ],
     }
     spec: dict[str, Any] = {"terminationGracePeriodSeconds": 1, "containers": [container]}
@@ -118,14 +152,19 @@ def report(cluster: KubeCluster, namespace: str, pod: str) -> dict[str, Any]:
     return answer
 
 
-def test_a_leader_and_two_workers_run_to_completion_under_stable_hostnames(
+def test_a_leader_and_two_workers_find_each_other_by_their_stable_names_and_complete(
     kube_cluster: KubeCluster, kube_namespace: str, jobset: JobSet
 ) -> None:
     name = "bench"
-    kube_cluster.request(
-        "POST", jobsets_path(kube_namespace), leader_and_workers(kube_namespace, name, reporting_pod())
-    )
-    found = wait_for("the JobSet to complete", lambda: completed(kube_cluster, kube_namespace, name), 120)
+    hostnames = [
+        pod_hostname(name, "leader", 0, 0),
+        pod_hostname(name, "workers", 0, 0),
+        pod_hostname(name, "workers", 0, 1),
+    ]
+    leader_name = f"{hostnames[0]}.{name}"
+    pod = reporting_pod(peers=[f"{hostname}.{name}" for hostname in hostnames])
+    kube_cluster.request("POST", jobsets_path(kube_namespace), leader_and_workers(kube_namespace, name, pod))
+    found = wait_for("the JobSet to complete", lambda: completed(kube_cluster, kube_namespace, name), 180)
     assert found["status"]["terminalState"] == "Completed"
 
     # One Indexed Job per replicatedJob (replicas 1), named <jobset>-<replicatedJob>-<jobIndex>, each complete.
@@ -137,41 +176,34 @@ def test_a_leader_and_two_workers_run_to_completion_under_stable_hostnames(
     # Each pod under its stable hostname <jobset>-<replicatedJob>-<jobIndex>-<podIndex>, in the subdomain of the
     # headless Service, every one told the coordinator's stable name.
     pods = pods_of(kube_cluster, kube_namespace, name)
-    expected = {
-        pod_hostname(name, "leader", 0, 0),
-        pod_hostname(name, "workers", 0, 0),
-        pod_hostname(name, "workers", 0, 1),
-    }
-    assert {pod["spec"]["hostname"] for pod in pods} == expected
+    assert {pod["spec"]["hostname"] for pod in pods} == set(hostnames)
     assert {pod["spec"]["subdomain"] for pod in pods} == {name}
     assert {pod["status"]["phase"] for pod in pods} == {"Succeeded"}
-    leader_name = f"{pod_hostname(name, 'leader', 0, 0)}.{name}"
     assert {pod["metadata"]["labels"][COORDINATOR_LABEL] for pod in pods} == {leader_name}
+    addresses = {pod["spec"]["hostname"]: pod["status"]["podIP"] for pod in pods}
     reports = {pod["spec"]["hostname"]: report(kube_cluster, kube_namespace, pod["metadata"]["name"]) for pod in pods}
     for hostname, seen in reports.items():
         assert seen["hostname"] == hostname
+        assert seen["address"] == addresses[hostname]
         assert seen["fqdn"] == f"{hostname}.{name}.{kube_namespace}.svc.cluster.local"
         assert seen["coordinator"] == leader_name
 
-    # The headless Service JobSet made, and its EndpointSlice: each pod's hostname and address, what a cluster
-    # DNS serves as <hostname>.<subdomain>.<namespace>.svc.cluster.local.
+    # Every pod resolved every other pod's short stable name through the cluster DNS (devtools/cluster/clusterdns.py,
+    # which serves the headless Service's EndpointSlice as CoreDNS does) to that pod's address, reached it there,
+    # and was reached by each: the workers found the leader (the coordinator), and the leader each worker.
+    for hostname, seen in reports.items():
+        peers = {f"{other}.{name}": addresses[other] for other in hostnames if other != hostname}
+        assert {peer: result.get("address") for peer, result in seen["resolved"].items()} == peers, reports
+        assert seen["heard"] == sorted(other for other in hostnames if other != hostname), reports
+    assert reports[hostnames[1]]["resolved"][leader_name]["address"] == addresses[hostnames[0]]
+    assert reports[hostnames[0]]["resolved"][f"{hostnames[2]}.{name}"]["address"] == addresses[hostnames[2]]
+
+    # The headless Service JobSet made (its EndpointSlice held each pod's hostname and address while the pods ran:
+    # what the DNS answered from; the slice drops a pod once it has completed).
     service = kube_cluster.request("GET", f"/api/v1/namespaces/{kube_namespace}/services/{name}")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {JOBSET_NAME_LABEL: name}
     assert service["spec"]["publishNotReadyAddresses"] is True
-    slices = listed(
-        kube_cluster,
-        f"/apis/discovery.k8s.io/v1/namespaces/{kube_namespace}/endpointslices",
-        f"kubernetes.io/service-name={name}",
-    )
-    endpoints = {entry["hostname"]: entry["addresses"] for piece in slices for entry in piece.get("endpoints") or []}
-    assert endpoints == {pod["spec"]["hostname"]: [pod["status"]["podIP"]] for pod in pods}
-
-    # But the local cluster DNS (devtools/cluster/clusterdns.py) serves the `kubernetes` Service's names alone, so
-    # no pod resolves the coordinator's name, the leader itself included (its /etc/hosts holds its hostname and
-    # fully qualified name, not <hostname>.<subdomain>). When the DNS serves headless Services' EndpointSlices,
-    # this becomes: every report resolves it to the leader's address.
-    assert all(seen["resolved"].startswith("error:") for seen in reports.values()), reports
 
 
 def test_deleting_a_jobset_deletes_its_jobs_pods_and_service(
