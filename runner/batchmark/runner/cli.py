@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchmark.runner import __version__
-from batchmark.runner.commands import compare, report, run
+from batchmark.runner.commands import compare, merge, report, run
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
 from batchmark.runner.config.base import MAX_REPEATS, MAX_SWEEP_BENCHMARKS
 from batchmark.runner.config.sweep import MAX_SWEEP_FIELDS
@@ -129,6 +129,24 @@ def build_parser() -> argparse.ArgumentParser:
         "results", type=Path, nargs="+", help="results files (.json, .yaml); the first is the baseline"
     )
     compare.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML file")
+    merge = commands.add_parser(
+        "merge",
+        help="merge the results of runs measured apart into one fleet's result",
+        description="Merge results files of the same benchmark run on several machines or pods at once (each"
+        " engine, or each set of engine replicas, a run) into one result: throughput summed over the window every"
+        " run measured, distributions merged from their sketches, each run's engines listed as replicas with the"
+        " straggler ratio and how far apart the runs began.",
+    )
+    merge.add_argument("results", type=Path, nargs="+", help="results files (.json, .yaml) of one benchmark")
+    merge.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="write the merged result to PATH (.json, .yaml, .csv, or .html; repeatable)",
+    )
     # Commands of other parts (the operator's crd, manifest, ...), registered by entry point: they set `handler`.
     for entry_point in importlib.metadata.entry_points(group="batchmark.commands"):
         entry_point.load()(commands)
@@ -150,6 +168,8 @@ def main(argv: Sequence[str] | None = None, shutdown: Shutdown | None = None) ->
             code = report.report_command(args)
         elif args.command == "compare":
             code = compare.compare_command(args)
+        elif args.command == "merge":
+            code = merge.merge_command(args)
         elif (handler := getattr(args, "handler", None)) is not None:
             code = handler(args)
         else:

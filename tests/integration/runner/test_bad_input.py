@@ -417,6 +417,23 @@ def saved_results(tmp_path: Path) -> Path:
     return path
 
 
+def altered(
+    tmp_path: Path, results: Path, name: str, model: str | None = None, later: float = 0.0, unplaced: bool = False
+) -> Path:
+    """A copy of a results file as another run of it would be: its own id, and what the case changes."""
+    document = json.loads(results.read_text())
+    document["run_id"] = "another"
+    if model is not None:
+        document["engine"]["model"] = model
+    for benchmark in document["benchmarks"]:
+        benchmark["started_at"] += later
+        if unplaced:
+            del benchmark["measured_from"]
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return path
+
+
 REPORT_CASES: dict[str, tuple[Callable[[Path, Path], list[str]], list[str]]] = {
     "report over its input": (lambda t, r: ["report", str(r), "-o", str(r)], ["--output", "also an input"]),
     "report over its input through a link": (
@@ -459,6 +476,32 @@ REPORT_CASES: dict[str, tuple[Callable[[Path, Path], list[str]], list[str]]] = {
         ["--output", "also an input"],
     ),
     "compare as YAML": (lambda t, r: ["compare", str(r), str(r), "-o", str(t / "c.yaml")], [".html"]),
+    "merge of one file": (lambda t, r: ["merge", str(r)], ["at least two"]),
+    "merge over its second input": (
+        lambda t, r: ["merge", str(r), str(altered(t, r, "b.json")), "-o", str(t / "b.json")],
+        ["--output", "b.json", "also an input"],
+    ),
+    "merge into a text file": (
+        lambda t, r: ["merge", str(r), str(altered(t, r, "b.json")), "-o", str(t / "m.txt")],
+        ["--output", "m.txt", ".json, .yaml, .csv or .html"],
+    ),
+    "merge of one run twice": (lambda t, r: ["merge", str(r), str(r)], ["r (2)", "the same run as r (1)"]),
+    "merge of something else": (
+        lambda t, r: ["merge", str(r), str(write(t / "other.json", '{"a": 1}'))],
+        ["other.json", "not a batchmark results file"],
+    ),
+    "merge of another model's run": (
+        lambda t, r: ["merge", str(r), str(altered(t, r, "b.json", model="org/other[/x]"))],
+        ["b:", "model (org/other[/x])", "not one benchmark"],
+    ),
+    "merge of runs whose windows share no moment": (
+        lambda t, r: ["merge", str(r), str(altered(t, r, "b.json", later=3600.0))],
+        ["benchmark 1", "share no moment"],
+    ),
+    "merge of a result that does not place its window": (
+        lambda t, r: ["merge", str(r), str(altered(t, r, "b.json", unplaced=True))],
+        ["b: benchmark 1", "does not say where its measured window lies"],
+    ),
     "compare of a YAML syntax error": (
         lambda t, r: ["compare", str(r), str(write(t / "bad.yaml", "{a: 1\n"))],
         ["bad.yaml", "not valid JSON or YAML"],

@@ -65,6 +65,13 @@ def test_requests_go_to_the_replica_with_the_fewest_in_flight_and_reports_name_t
         assert [len(ids) for ids in served.values()] == [10, 10, 10]
         assert set().union(*served.values()) == set(range(30))
         assert replicas.in_flight == [0, 0, 0]
+        # One request at a time, each done before the next (a low rate): every replica is idle each time, and
+        # they take turns.
+        served_alone = []
+        for request_id in range(50, 56):
+            replicas.submit(requests(1, first=request_id))
+            served_alone += [report.replica for report in reports_until(replicas, 1)]
+        assert served_alone == [0, 1, 2, 0, 1, 2]
         # Every replica is fed by the new settings, and drained together.
         replicas.reconfigure(batch_size=2, batch_timeout=0.05, dispatch="batch")
         replicas.submit(requests(12, first=100))
@@ -149,3 +156,41 @@ def test_a_replica_dying_fails_the_run_naming_it_and_keeps_every_replicas_figure
     assert benchmark["interrupted"] is True
     assert len(benchmark["replicas"]) == 3
     assert all(replica["requests"]["completed"] > 0 for replica in benchmark["replicas"])
+
+
+def test_two_runs_measured_apart_merge_into_one_fleets_result(tmp_path: Path) -> None:
+    """Two engines run by hand, as users script them on two machines: `batchmark merge` sums them over the window
+    both measured."""
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    args = {
+        path: run_args(backend(time_scale=1), constraint="kind=max_duration,seconds=6", outputs=[path])
+        for path in (first, second)
+    }
+    started = Program(tmp_path, args[first])
+    started.wait_for("benchmark 1")
+    time.sleep(1.0)
+    later = Program(tmp_path, args[second])
+    for program in (started, later):
+        outcome = program.finish()
+        assert outcome.code == 0, outcome.stderr
+    merged_json, merged_html = tmp_path / "m.json", tmp_path / "m.html"
+    outcome = batchmark(tmp_path, ["merge", str(first), str(second), "-o", str(merged_json), "-o", str(merged_html)])
+    assert outcome.code == 0, outcome.stderr
+    assert_clean(outcome)
+    runs = [read_results(path)["benchmarks"][0] for path in (first, second)]
+    [merged] = read_results(merged_json)["benchmarks"]
+    summary = merged["replica_summary"]
+    assert summary["count"] == 2
+    assert 0.5 <= summary["start_skew_seconds"] <= 6
+    assert merged["measured_duration"] == pytest.approx(6 - summary["start_skew_seconds"], abs=0.5)
+    # Each engine serves at its own steady rate: the fleet's rate over the shared window is their sum.
+    summed = sum(run["throughput"]["output_tokens_per_second"] for run in runs)
+    assert merged["throughput"]["output_tokens_per_second"] == pytest.approx(summed, rel=0.1)
+    assert [replica["devices"] for replica in merged["replicas"]] == [
+        "a: simulated H100-class GPU",
+        "b: simulated H100-class GPU",
+    ]
+    count = merged["distributions"]["request_latency"]["count"]
+    assert count == sum(run["distributions"]["request_latency"]["count"] for run in runs)
+    assert "engine replicas" in outcome.stdout
+    assert 'id="replicas"' in merged_html.read_text()

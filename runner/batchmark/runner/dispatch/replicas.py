@@ -3,9 +3,9 @@ one load generator.
 
 vLLM's offline ``LLM`` has no data parallelism, so a node's worth of throughput is N independent engines. Each
 replica is an ``EngineWorker`` (its own process group, its own micro-batcher); this class gives the run the same
-surface as one worker: requests go to the replica with the fewest in flight (as a least-outstanding-requests
-load balancer in front of a fleet sends them), and every report comes back tagged with its replica. With one
-replica it is a pass-through, so a run without replicas is what it always was.
+surface as one worker: requests go to the replica with the fewest in flight, ties in turn (as a
+least-outstanding-requests load balancer in front of a fleet sends them), and every report comes back tagged with
+its replica. With one replica it is a pass-through, so a run without replicas is what it always was.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class EngineReplicas:
             for share in devices
         ]
         self._outstanding = [0] * len(devices)
+        self._next_tie = 0  # where the search for the least loaded replica starts: ties go round
         self._failed: WorkerFailed | None = None
 
     @property
@@ -101,8 +102,16 @@ class EngineReplicas:
             return
         shares: list[list[tuple[RequestSpec, float]]] = [[] for _ in self._workers]
         outstanding = self._outstanding
+        count = self.count
         for request in requests:
-            index = outstanding.index(min(outstanding))
+            # The least loaded, ties taken in turn: at a low rate every replica is idle when a request comes,
+            # and the lowest index alone would get them all.
+            index = self._next_tie
+            for offset in range(1, count):
+                candidate = (self._next_tie + offset) % count
+                if outstanding[candidate] < outstanding[index]:
+                    index = candidate
+            self._next_tie = (index + 1) % count
             outstanding[index] += 1
             shares[index].append(request)
         for index, share in enumerate(shares):

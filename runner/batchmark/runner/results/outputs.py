@@ -19,6 +19,10 @@ _CSV_EXCLUDED: dict[str, Any] = {
     "samples": True,
     "batch_size_histogram": True,
     "distributions": {name: {"cdf"} for name in Distributions.model_fields},
+    "sketches": True,
+    # Each replica's figures are the JSON's; a row keeps their spread.
+    "replicas": True,
+    "replica_summary": {"output_tokens_per_second": {"cdf"}},
 }
 
 

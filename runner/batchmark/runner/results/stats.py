@@ -49,6 +49,70 @@ class DistributionSummary(BaseModel):
     )
 
 
+# A sketch's centroids: enough for p99 within about 1% after merging (a t-digest's error is smallest
+# in the tails), and small enough that a results file of a long sweep stays well within a ConfigMap.
+SKETCH_CENTROIDS = 100
+
+
+class Sketch(BaseModel):
+    """A mergeable summary of one distribution: a t-digest's centroids, so that the distributions of runs measured
+    apart (engine replicas in several pods) merge into one (`batchmark merge`), never by averaging percentiles."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: int = Field(description="Number of values.")
+    min: float = Field(description="Smallest value.")
+    max: float = Field(description="Largest value.")
+    centroids: list[tuple[float, float]] = Field(description="(mean, weight) of each centroid, by mean.")
+
+    def digest(self) -> TDigest:
+        return TDigest.from_dict(
+            {
+                "max_centroids": SKETCH_CENTROIDS,
+                "mass": float(sum(weight for _, weight in self.centroids)),
+                "sum": float(sum(mean * weight for mean, weight in self.centroids)),
+                "min": self.min,
+                "max": self.max,
+                "n_values": self.count,
+                "centroids": [{"m": mean, "c": weight} for mean, weight in self.centroids],
+            }
+        )
+
+
+def merged_summary(parts: Sequence[tuple[DistributionSummary, Sketch | None]]) -> DistributionSummary:
+    """One distribution of several measured apart: count, mean, min, max and std exact (pooled), quantiles and the
+    CDF from their merged sketches (a part without values adds nothing)."""
+    parts = [(summary, sketch) for summary, sketch in parts if summary.count > 0]
+    if not parts:
+        return Distribution().summary()
+    count = sum(summary.count for summary, _ in parts)
+    mean = sum((summary.mean or 0.0) * summary.count for summary, _ in parts) / count
+    # Each part's squared deviations about its own mean, plus its count times its mean's distance from the whole's.
+    squares = sum(
+        summary.count * ((summary.std or 0.0) ** 2 + ((summary.mean or 0.0) - mean) ** 2) for summary, _ in parts
+    )
+    digests = [sketch.digest() for _, sketch in parts if sketch is not None]
+    if len(digests) < len(parts):
+        raise ValueError("a part has values but no sketch to merge them by")
+    merged = digests[0]
+    for digest in digests[1:]:
+        merged = merged.merge(digest)
+    low = min(summary.min for summary, _ in parts if summary.min is not None)
+    high = max(summary.max for summary, _ in parts if summary.max is not None)
+    cdf = [float(merged.quantile(level)) for level in CDF_LEVELS]
+    cdf[0], cdf[-1] = low, high
+    return DistributionSummary(
+        count=count,
+        mean=mean,
+        min=low,
+        max=high,
+        std=math.sqrt(max(squares, 0.0) / count),
+        exact=False,
+        cdf=list(zip(CDF_LEVELS, cdf, strict=True)),
+        **{name: float(merged.quantile(q)) for name, q in QUANTILES.items()},
+    )
+
+
 class Distribution:
     """Accumulates values in chunks; mean, std, min and max stay exact at any size."""
 
@@ -142,6 +206,21 @@ class Distribution:
             cdf=self.cdf(),
             **{name: self.quantile(q) for name, q in QUANTILES.items()},
         )
+
+    def sketch(self) -> Sketch | None:
+        """Its mergeable sketch; None without values."""
+        if self._count == 0:
+            return None
+        exact = self.values()
+        if exact is not None:
+            digest = TDigest.from_values(cast(Sequence[float], exact), max_centroids=SKETCH_CENTROIDS)
+        else:
+            assert self._digest is not None
+            digest = TDigest.from_dict({**self._digest.to_dict(), "max_centroids": SKETCH_CENTROIDS})
+            digest.merge_inplace(TDigest.from_values([], max_centroids=SKETCH_CENTROIDS))  # compresses it to the bound
+        listed = cast(list[dict[str, float]], digest.to_dict()["centroids"])
+        centroids = [(float(f"{centroid['m']:.7g}"), float(centroid["c"])) for centroid in listed]
+        return Sketch(count=self._count, min=self._min, max=self._max, centroids=centroids)
 
     def cdf(self) -> list[tuple[float, float]] | None:
         """The values at ``CDF_LEVELS``: level 0 is the minimum and 1 the maximum, exact at any size."""

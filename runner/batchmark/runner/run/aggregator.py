@@ -96,6 +96,7 @@ class Timeline:
         self.completed = [0] * TIMELINE_BUCKETS
         self.errored = [0] * TIMELINE_BUCKETS
         self.output_tokens = [0] * TIMELINE_BUCKETS
+        self.prompt_tokens = [0] * TIMELINE_BUCKETS
         self.busy = [0.0] * TIMELINE_BUCKETS
         self.used = 0
 
@@ -109,17 +110,20 @@ class Timeline:
 
     def _coarsen(self) -> None:
         half = TIMELINE_BUCKETS // 2
-        for counts in (self.completed, self.errored, self.output_tokens):
+        for counts in (self.completed, self.errored, self.output_tokens, self.prompt_tokens):
             counts[:] = [counts[i] + counts[i + 1] for i in range(0, TIMELINE_BUCKETS, 2)] + [0] * half
         self.busy[:] = [self.busy[i] + self.busy[i + 1] for i in range(0, TIMELINE_BUCKETS, 2)] + [0.0] * half
         self.width *= 2
         self.used = (self.used + 1) // 2
 
-    def add_completions(self, when: float, completed: int, errored: int, output_tokens: int) -> None:
+    def add_completions(
+        self, when: float, completed: int, errored: int, output_tokens: int, prompt_tokens: int = 0
+    ) -> None:
         index = self._bucket(when)
         self.completed[index] += completed
         self.errored[index] += errored
         self.output_tokens[index] += output_tokens
+        self.prompt_tokens[index] += prompt_tokens
 
     def add_busy(self, begin: float, end: float) -> None:
         begin = max(begin, self.start)
@@ -141,6 +145,7 @@ class Timeline:
                 completed=self.completed[index],
                 errored=self.errored[index],
                 output_tokens=self.output_tokens[index],
+                prompt_tokens=self.prompt_tokens[index],
                 engine_busy=self.busy[index],
             )
             for index in range(self.used)
@@ -269,7 +274,9 @@ class Aggregator:
                 continue
             self._add_success(batch, completion, report, enqueued_at, entered)
             self._sample(self.successful_samples, completion, report, enqueued_at, size, entered)
-        self.timeline.add_completions(report.finished_at, batch.completed, batch.errored, batch.produced)
+        self.timeline.add_completions(
+            report.finished_at, batch.completed, batch.errored, batch.produced, sum(batch.prompt_tokens)
+        )
         if batch.completed + batch.errored:
             self._fold(batch, report)
             if replica is not None:
@@ -422,6 +429,7 @@ class Aggregator:
             started_at=self.started_wall,
             duration=end - self.start,
             measured_duration=measured,
+            measured_from=measure_start - self.start,
             requests=RequestCounts(
                 completed=self.completed, errored=self.errored, incomplete=incomplete, excluded=self.excluded
             ),
@@ -444,6 +452,11 @@ class Aggregator:
             distributions=Distributions(
                 **{name: distribution.summary() for name, distribution in self.distributions.items()}
             ),
+            sketches={
+                name: sketch
+                for name, distribution in self.distributions.items()
+                if (sketch := distribution.sketch()) is not None
+            },
             timeline=self.timeline.points(),
             samples=self.successful_samples + self.errored_samples,
             replicas=replicas or None,
