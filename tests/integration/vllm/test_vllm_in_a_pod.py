@@ -164,33 +164,46 @@ def engine_processes_gone(within: float) -> None:
     )
 
 
-def running_with_results(cluster: KubeCluster, name: str) -> None:
-    """The benchmark is Running and its engine has completed requests (its live progress says so)."""
-    wait_for_phase(cluster, NAMESPACE, name, {"Running"}, timeout_seconds=300)
+def running_with_results(cluster: KubeCluster, name: str, engine_cpus: set[frozenset[int]]) -> None:
+    """The benchmark is Running and its engines have completed requests (its live progress says so), vLLM's model
+    workers computing on ``engine_cpus`` (one set per engine replica)."""
+    found = wait_for_phase(cluster, NAMESPACE, name, {"Running", "Failed", "Succeeded"}, timeout_seconds=300)
+    assert found["status"]["phase"] == "Running", found["status"]
 
     def progressed() -> bool | None:
         status = benchmark(cluster, NAMESPACE, name).get("status") or {}
         return ((status.get("progress") or {}).get("requestsCompleted") or 0) > 0 or None
 
     wait_for("completed requests in the live progress", progressed, 120)
-    # vLLM's engine core and worker run in the pod, as processes of this machine; the worker computes on the one
-    # CPU the pod's quota allows.
-    pods_engine = marked_with(engine_processes_now(), SESSION_VARIABLE, SESSION_MARK)
-    workers = [pid for pid in pods_engine if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::Worker")]
-    assert workers, pods_engine
-    assert {frozenset(os.sched_getaffinity(pid)) for pid in workers} == {frozenset({0})}
+
+    # vLLM's engine cores and workers run in the pod, as processes of this machine; each worker computes on the
+    # CPUs the pod's quota gives its replica.
+    def placed() -> bool | None:
+        pods_engine = marked_with(engine_processes_now(), SESSION_VARIABLE, SESSION_MARK)
+        workers = [pid for pid in pods_engine if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::Worker")]
+        return {frozenset(os.sched_getaffinity(pid)) for pid in workers} == engine_cpus or None
+
+    wait_for(f"vLLM's model workers on {engine_cpus}", placed, 60)
 
 
 def long_run() -> dict[str, Any]:
     return spec(profile={"kind": "constant", "rate": 5}, constraints=[{"kind": "max_duration", "seconds": 600}])
 
 
-def test_cancelling_the_running_benchmark_writes_its_results_and_ends_every_vllm_process(
+def test_cancelling_a_running_benchmark_of_two_engine_replicas_writes_their_results_and_ends_every_vllm_process(
     cpu_cluster: InstalledOperator,
 ) -> None:
+    """Two engine replicas in the pod, one CPU of its two-CPU quota each: both serve, both end with the pod.
+
+    At one request a second: vLLM's model workers spin on their CPU for a second after each step, and with both of
+    this 2-core node's CPUs theirs, a faster rate would leave the operator beside them next to no CPU at all."""
     cluster = cpu_cluster.cluster
-    apply(cluster, "cancelled", long_run())
-    running_with_results(cluster, "cancelled")
+    body = long_run()
+    body["profile"] = {"kind": "constant", "rate": 1}
+    body["backend"] = {**body["backend"], "replicas": 2}
+    body["resources"] = {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "1", "memory": "3Gi"}}
+    apply(cluster, "cancelled", body)
+    running_with_results(cluster, "cancelled", {frozenset({0}), frozenset({1})})
     patched = cluster.kubectl(
         "patch", "bb", "cancelled", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"cancel":true}}'
     )
@@ -200,13 +213,18 @@ def test_cancelling_the_running_benchmark_writes_its_results_and_ends_every_vllm
     (partial,) = status["results"]
     assert partial["requests"]["completed"] > 0
     assert "SIGTERM" in partial["stopReason"]
+    report = results_report(cluster, status)
+    assert (report["engine"]["replicas"], report["engine"]["replica_devices"]) == (2, ["CPUs 0", "CPUs 1"])
+    (benchmark_result,) = report["benchmarks"]
+    assert [replica["devices"] for replica in benchmark_result["replicas"]] == ["CPUs 0", "CPUs 1"]
+    assert all(replica["requests"]["completed"] > 0 for replica in benchmark_result["replicas"])
     engine_processes_gone(within=30)
 
 
 def test_deleting_the_running_benchmark_ends_every_vllm_process_on_the_node(cpu_cluster: InstalledOperator) -> None:
     cluster = cpu_cluster.cluster
     apply(cluster, "deleted", long_run())
-    running_with_results(cluster, "deleted")
+    running_with_results(cluster, "deleted", {frozenset({0})})
     deleted = cluster.kubectl("delete", "bb", "deleted", "-n", NAMESPACE, "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
     # The kubelet's SIGTERM, then the grace period (children.TERMINATION_GRACE_SECONDS, 60 s) at most.

@@ -96,10 +96,12 @@ def split_devices(
 
 
 def _split_cpus(replicas: int, budget: CpuBudget, environ: Mapping[str, str]) -> list[ReplicaDevices]:
-    """No GPU: vLLM's CPU build. The CPUs the quota lets the run keep busy, in contiguous equal shares (the
-    remainder left to the harness), each replica's compute threads bound to its own share."""
+    """No GPU: vLLM's CPU build. The CPUs the quota lets the run keep busy, in contiguous equal shares, each
+    replica's compute threads bound to its own share; the remainder is the harness's, and where there are more CPUs
+    than replicas at least one is: vLLM's model workers spin on their CPUs between steps, and the load generator
+    must not wait for them."""
     usable = sorted(budget.allowed)[: budget.cpus]
-    share = len(usable) // replicas
+    share = (len(usable) - 1) // replicas if len(usable) > replicas else len(usable) // replicas
     if share == 0:
         raise DeviceSplitError(
             f"backend.replicas: {replicas} replicas on a CPU need a CPU each; this process may keep"

@@ -54,3 +54,10 @@ def test_too_few_cpus_or_one_binding_for_all_are_refused() -> None:
         split_devices(3, 1, gpus=[], budget=CpuBudget(frozenset({0, 1}), None), environ={})
     with pytest.raises(DeviceSplitError, match=f"{THREADS_BIND} is set"):
         split_devices(2, 1, gpus=[], budget=CpuBudget(frozenset({0, 1}), None), environ={THREADS_BIND: "0-1"})
+
+
+def test_with_more_cpus_than_replicas_at_least_one_is_left_to_the_harness() -> None:
+    four = split_devices(2, 1, gpus=[], budget=CpuBudget(frozenset(range(4)), None), environ={})
+    assert [share.cpus for share in four] == [frozenset({0}), frozenset({1})]
+    as_many = split_devices(3, 1, gpus=[], budget=CpuBudget(frozenset(range(3)), None), environ={})
+    assert [share.cpus for share in as_many] == [frozenset({0}), frozenset({1}), frozenset({2})]
