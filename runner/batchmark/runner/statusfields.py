@@ -49,6 +49,13 @@ class BenchmarkSummary(SummaryModel):
     engine_utilization: float | None = Field(
         default=None, description="Share of the measured window the engine was busy, 0 to 1."
     )
+    replicas: int | None = Field(
+        default=None, description="Engine replicas whose sum the figures are (left out with one engine)."
+    )
+    straggler_ratio: float | None = Field(
+        default=None,
+        description="With several replicas: the fastest one's output tokens per second over the slowest's (1: even).",
+    )
     swept: dict[str, Any] | None = Field(
         default=None, description="Values of the swept backend fields this benchmark ran with (a sweep only)."
     )

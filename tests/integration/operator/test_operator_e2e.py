@@ -162,12 +162,12 @@ def test_lifecycle_columns_wait_events_and_results(
 def assert_columns_show_the_headline(cluster: KubeCluster, namespace: str, status: dict[str, Any]) -> None:
     """`kubectl get bb` (and -o wide) of a finished, unqueued simulated-throughput: its headline in the columns."""
     table = cluster.kubectl("get", "bb", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "MODEL", "BATCH", "TOK/S", "REQ/S", "P50", "AGE"]
+    assert table[0].split() == ["NAME", "PHASE", "MODEL", "BATCH", "REPLICAS", "TOK/S", "REQ/S", "P50", "AGE"]
     row = table[1].split()
-    assert row[:4] == ["simulated-throughput", "Succeeded", "Qwen/Qwen3-0.6B", "16"]
-    assert float(row[4]) == pytest.approx(status["headline"]["outputTokensPerSecond"], rel=1e-3)
-    assert float(row[5]) > 0
+    assert row[:5] == ["simulated-throughput", "Succeeded", "Qwen/Qwen3-0.6B", "16", "1"]  # replicas: its default
+    assert float(row[5]) == pytest.approx(status["headline"]["outputTokensPerSecond"], rel=1e-3)
     assert float(row[6]) > 0
+    assert float(row[7]) > 0
     wide = cluster.kubectl("get", "bb", "-n", namespace, "-o", "wide").stdout.splitlines()
     assert wide[0].split()[-4:] == ["P99", "ENGINE", "BEST-BATCH", "QUEUE-POS"]
     assert wide[1].split()[-2:] == ["simulated", "16"]

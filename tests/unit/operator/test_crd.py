@@ -88,6 +88,7 @@ def test_printer_columns_and_names() -> None:
         ("Phase", 0),
         ("Model", 0),
         ("Batch", 0),
+        ("Replicas", 0),
         ("Tok/s", 0),
         ("Req/s", 0),
         ("P50", 0),
