@@ -20,13 +20,13 @@ from batchmark.runner.results.report import (
     BenchmarkResult,
     Distributions,
     ReplicaResult,
-    ReplicasSummary,
     RequestCounts,
     RunReport,
     Throughput,
     TimelinePoint,
 )
-from batchmark.runner.results.stats import Distribution, DistributionSummary, Sketch, merged_summary
+from batchmark.runner.results.scaling import replicas_summary
+from batchmark.runner.results.stats import DistributionSummary, Sketch, merged_summary
 
 MAX_MERGED_TIMELINE = 512
 
@@ -175,7 +175,8 @@ def _merge_benchmark(index: int, runs: list[tuple[str, RunReport, BenchmarkResul
         histogram.update(dict(benchmark.batch_size_histogram))
     first = benchmarks[0]
     earliest = min(benchmark.started_at for benchmark in benchmarks)
-    summary = _summary(replicas, [low for low, _ in windows])
+    starts = [low for low, _ in windows]
+    summary = replicas_summary(replicas, start_skew_seconds=max(starts) - min(starts))
     return first.model_copy(
         update={
             "stop_reason": "; ".join(sorted({benchmark.stop_reason for benchmark in benchmarks})),
@@ -191,12 +192,7 @@ def _merge_benchmark(index: int, runs: list[tuple[str, RunReport, BenchmarkResul
                 excluded=sum(benchmark.requests.excluded for benchmark in benchmarks),
             ),
             "tokens": {"prompt": round(prompt_tokens), "output": round(output_tokens)},
-            "throughput": Throughput(
-                requests_per_second=completed / seconds,
-                output_tokens_per_second=output_tokens / seconds,
-                prompt_tokens_per_second=prompt_tokens / seconds,
-                total_tokens_per_second=(prompt_tokens + output_tokens) / seconds,
-            ),
+            "throughput": Throughput.over(seconds, completed, output_tokens, prompt_tokens),
             "engine_utilization": min(1.0, sum(part.busy for part in inside) / (seconds * len(replicas))),
             "engine_steps": steps,
             "engine_steps_per_1000_requests": 1000 * steps / measured_requests if steps and measured_requests else None,
@@ -246,19 +242,6 @@ def _replicas_of(label: str, report: RunReport, benchmark: BenchmarkResult) -> l
             request_latency=benchmark.distributions.request_latency,
         )
     ]
-
-
-def _summary(replicas: list[ReplicaResult], starts: list[float]) -> ReplicasSummary:
-    rates = [replica.throughput.output_tokens_per_second for replica in replicas]
-    spread = Distribution()
-    spread.extend(rates)
-    slowest = min(rates)
-    return ReplicasSummary(
-        count=len(replicas),
-        output_tokens_per_second=spread.summary(),
-        straggler_ratio=max(rates) / slowest if slowest > 0 else None,
-        start_skew_seconds=max(starts) - min(starts),
-    )
 
 
 def _merged_timeline(benchmarks: list[BenchmarkResult], earliest: float) -> list[TimelinePoint]:

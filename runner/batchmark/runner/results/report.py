@@ -26,6 +26,20 @@ class Throughput(ResultModel):
     prompt_tokens_per_second: float = Field(description="Prompt tokens per second.")
     total_tokens_per_second: float = Field(description="Prompt and generated tokens per second.")
 
+    @classmethod
+    def over(cls, seconds: float, completed: float, output_tokens: float, prompt_tokens: float) -> Throughput:
+        """The rates of these amounts over a window of ``seconds`` (all 0 for an empty window)."""
+
+        def per_second(amount: float) -> float:
+            return amount / seconds if seconds > 0 else 0.0
+
+        return cls(
+            requests_per_second=per_second(completed),
+            output_tokens_per_second=per_second(output_tokens),
+            prompt_tokens_per_second=per_second(prompt_tokens),
+            total_tokens_per_second=per_second(prompt_tokens + output_tokens),
+        )
+
 
 class Distributions(ResultModel):
     request_latency: DistributionSummary = Field(description="Enqueue to completion, seconds.")

@@ -1,10 +1,25 @@
-"""Scaling efficiency: a benchmark of N engine replicas against one replica measured in the same run."""
+"""Engine replicas' figures together: their spread, and the scaling of N replicas against one in the same run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from batchmark.runner.results.report import BenchmarkResult
+from batchmark.runner.results.report import BenchmarkResult, ReplicaResult, ReplicasSummary
+from batchmark.runner.results.stats import Distribution
+
+
+def replicas_summary(replicas: list[ReplicaResult], start_skew_seconds: float = 0.0) -> ReplicasSummary:
+    """The replicas' spread: their output rates as a distribution, and the fastest over the slowest."""
+    rates = [replica.throughput.output_tokens_per_second for replica in replicas]
+    spread = Distribution()
+    spread.extend(rates)
+    slowest = min(rates)
+    return ReplicasSummary(
+        count=len(replicas),
+        output_tokens_per_second=spread.summary(),
+        straggler_ratio=max(rates) / slowest if slowest > 0 else None,
+        start_skew_seconds=start_skew_seconds,
+    )
 
 
 def with_scaling_efficiency(results: list[BenchmarkResult], replicas: list[int]) -> list[BenchmarkResult]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from batchmark.runner.config.profiles import TransientPhaseConfig
@@ -16,12 +16,12 @@ from batchmark.runner.results.report import (
     BenchmarkResult,
     Distributions,
     ReplicaResult,
-    ReplicasSummary,
     RequestCounts,
     RequestSample,
     Throughput,
     TimelinePoint,
 )
+from batchmark.runner.results.scaling import replicas_summary
 from batchmark.runner.results.stats import EXACT_LIMIT, Distribution
 from batchmark.runner.run.events import BatchEvent
 from batchmark.runner.run.profiles import Strategy
@@ -408,14 +408,11 @@ class Aggregator:
         # With several replicas the window holds that many engines' time.
         busy = self._busy.total(measure_start, measure_end) / self.engines
 
-        def per_second(amount: float) -> float:
-            return amount / measured if measured > 0 else 0.0
-
         measured_requests = self.completed + self.errored
         worker_cpu = sum(self._worker_cpus) - sum(self._worker_cpu_start)
         harness_cpu = time.process_time() - self._main_cpu_start + worker_cpu
         replicas = [
-            self._replica_result(index, figures, measure_start, measure_end, per_second, incomplete_by_replica)
+            self._replica_result(index, figures, measure_start, measure_end, incomplete_by_replica)
             for index, figures in enumerate(self._replicas)
         ]
 
@@ -434,12 +431,7 @@ class Aggregator:
                 completed=self.completed, errored=self.errored, incomplete=incomplete, excluded=self.excluded
             ),
             tokens={"prompt": self.prompt_tokens_total, "output": self.output_tokens_total},
-            throughput=Throughput(
-                requests_per_second=per_second(self.completed),
-                output_tokens_per_second=per_second(self.output_tokens_total),
-                prompt_tokens_per_second=per_second(self.prompt_tokens_total),
-                total_tokens_per_second=per_second(self.prompt_tokens_total + self.output_tokens_total),
-            ),
+            throughput=Throughput.over(measured, self.completed, self.output_tokens_total, self.prompt_tokens_total),
             engine_utilization=min(1.0, busy / measured) if measured > 0 else 0.0,
             engine_steps=self.engine_steps,
             engine_steps_per_1000_requests=(
@@ -469,7 +461,6 @@ class Aggregator:
         figures: _ReplicaFigures,
         measure_start: float,
         measure_end: float,
-        per_second: Callable[[float], float],
         incomplete_by_replica: list[int] | None,
     ) -> ReplicaResult:
         measured = max(measure_end - measure_start, 0.0)
@@ -483,30 +474,12 @@ class Aggregator:
                 incomplete=incomplete_by_replica[index] if incomplete_by_replica else 0,
             ),
             tokens={"prompt": figures.prompt_tokens, "output": figures.output_tokens},
-            throughput=Throughput(
-                requests_per_second=per_second(figures.completed),
-                output_tokens_per_second=per_second(figures.output_tokens),
-                prompt_tokens_per_second=per_second(figures.prompt_tokens),
-                total_tokens_per_second=per_second(figures.prompt_tokens + figures.output_tokens),
-            ),
+            throughput=Throughput.over(measured, figures.completed, figures.output_tokens, figures.prompt_tokens),
             engine_utilization=min(1.0, busy / measured) if measured > 0 else 0.0,
             batches=figures.batches,
             mean_batch_size=figures.batch_size_total / figures.batches if figures.batches else None,
             request_latency=figures.latency.summary(),
         )
-
-
-def replicas_summary(replicas: list[ReplicaResult]) -> ReplicasSummary:
-    """The replicas' spread: their output rates as a distribution, and the fastest over the slowest."""
-    rates = [replica.throughput.output_tokens_per_second for replica in replicas]
-    spread = Distribution()
-    spread.extend(rates)
-    slowest = min(rates)
-    return ReplicasSummary(
-        count=len(replicas),
-        output_tokens_per_second=spread.summary(),
-        straggler_ratio=max(rates) / slowest if slowest > 0 else None,
-    )
 
 
 def _finite(value: float) -> float | None:
