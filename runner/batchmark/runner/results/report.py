@@ -215,10 +215,10 @@ class BenchmarkResult(ResultModel):
         "batch_size entries.",
     )
     distributions: Distributions = Field(description="Distributions over measured requests and batches.")
-    sketches: dict[str, Sketch] = Field(
+    sketches: dict[str, Sketch | None] = Field(
         default_factory=dict,
-        description="A mergeable sketch (t-digest) of each distribution with values, by its name in distributions:"
-        " what `batchmark merge` merges distributions measured apart by.",
+        description="A mergeable sketch (t-digest) of each distribution, by its name in distributions (null: no"
+        " values): what `batchmark merge` merges distributions measured apart by.",
     )
     timeline: list[TimelinePoint] = Field(description="Completions and engine busy time over the benchmark.")
     samples: list[RequestSample] = Field(description="Per-request records, at most sample_requests of each kind.")

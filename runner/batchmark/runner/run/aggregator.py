@@ -444,11 +444,7 @@ class Aggregator:
             distributions=Distributions(
                 **{name: distribution.summary() for name, distribution in self.distributions.items()}
             ),
-            sketches={
-                name: sketch
-                for name, distribution in self.distributions.items()
-                if (sketch := distribution.sketch()) is not None
-            },
+            sketches={name: distribution.sketch() for name, distribution in self.distributions.items()},
             timeline=self.timeline.points(),
             samples=self.successful_samples + self.errored_samples,
             replicas=replicas or None,
