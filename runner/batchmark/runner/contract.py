@@ -48,6 +48,15 @@ POD_ENVIRONMENT: Final = (
     ENV_TERMINATION,
 )
 
+# Set by the operator on each pod of a benchmark over several pods (a JobSet): this pod's index (0 to count - 1),
+# the count, and pod 0's stable name. Each pod's runner writes its own results ConfigMap and termination message;
+# the others send their reports to pod 0 (on MEMBER_REPORT_PORT), which alone writes the status: its progress,
+# and at the end the pods' merged results (batchmark.runner.observe.members).
+ENV_MEMBER: Final = "BATCHMARK_MEMBER_INDEX"
+ENV_MEMBERS: Final = "BATCHMARK_MEMBERS"
+ENV_LEADER: Final = "BATCHMARK_LEADER"
+MEMBER_REPORT_PORT: Final = 8471
+
 # Set by the operator where spec.dataVolume is mounted: a relative data.path is read from under it, so the same
 # spec (path: prompts.jsonl) runs on a laptop (from the working folder) and in the pod.
 ENV_DATA_DIRECTORY: Final = "BATCHMARK_DATA_DIR"

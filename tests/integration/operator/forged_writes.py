@@ -117,6 +117,29 @@ def forged_job(scene: Scene, labelled: bool = True, name: str | None = None, **p
     }
 
 
+def forged_jobset(scene: Scene, **pod: Any) -> dict[str, Any]:
+    """A JobSet as the operator makes one for a benchmark over several pods (children.jobset), each of its Jobs
+    ``forged_job``'s, ``pod`` merged into their pods' spec."""
+    job = forged_job(scene, **pod)
+    template = {
+        "metadata": job["spec"]["template"]["metadata"],
+        "spec": {**job["spec"], "completionMode": "Indexed", "completions": 1, "parallelism": 1},
+    }
+    replicated = {"name": "runner", "replicas": 2, "template": template}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": job["metadata"],
+        "spec": {
+            "replicatedJobs": [replicated],
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "successPolicy": {"operator": "All"},
+            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+            "failurePolicy": {"maxRestarts": 0},
+        },
+    }
+
+
 def config_map(name: str, owner: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, **owner}, "data": {"k": "v"}}
 
@@ -163,6 +186,14 @@ FORGED = [
            lambda s: Write(forged_job(s, container_security={"runAsUser": 0, "runAsNonRoot": False}))),
     Forged("operator", "that Job named otherwise than its owner", HERE, OPERATOR_POLICY,
            lambda s: Write(forged_job(s, name="forged-2"))),
+    Forged("operator", "a JobSet as it makes them, for a forged owner", HERE, None,
+           lambda s: Write(forged_jobset(s))),
+    Forged("operator", "that JobSet as another ServiceAccount (`default`)", HERE, OPERATOR_POLICY,
+           lambda s: Write(forged_jobset(s, serviceAccountName="default"))),
+    Forged("operator", "that JobSet with a privileged container", HERE, OPERATOR_POLICY,
+           lambda s: Write(forged_jobset(s, **PRIVILEGED))),
+    Forged("operator", "that JobSet mounting the host's `/` (hostPath)", HERE, OPERATOR_POLICY,
+           lambda s: Write(forged_jobset(s, volumes=[{"name": "host", "hostPath": {"path": "/"}}]))),
     Forged("operator", "a ConfigMap as it names them, for a forged owner", HERE, None,
            lambda s: forged_config_map(s, f"{s.forged_name}-config-{s.incarnation(s.forged_uid)}")),
     Forged("operator", "ConfigMap `aws-auth`, for a forged owner", SYSTEM, OPERATOR_POLICY,

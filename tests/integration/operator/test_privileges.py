@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from devtools.cluster.controlplane import write_kubeconfig
+from devtools.cluster.jobset import JobSet
 from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator import forged_writes
 from tests.integration.operator.conftest import (
@@ -67,6 +68,8 @@ TABLE = [
     Check("operator", "create", "roles", HERE, True, "the runner's Role (no more than it holds itself)"),
     Check("operator", "create", "rolebindings", HERE, True, "the runner's RoleBinding"),
     Check("operator", "create", "jobs.batch", HERE, True, "the benchmark's Job (admission: as it makes them)"),
+    Check("operator", "create", "jobsets.jobset.x-k8s.io", HERE, True, "a JobSet, over several pods (admission: idem)"),
+    Check("operator", "delete", "jobsets.jobset.x-k8s.io", HERE, False, "deletes nothing (the garbage collector does)"),
     Check("operator", "watch", "pods", EVERYWHERE, True, "the Jobs' pods (RBAC cannot narrow a watch to labels)"),
     Check("operator", "get", "configmaps/mine-config", HERE, False, "reads no ConfigMap, not even its own"),
     Check("operator", "list", "configmaps", EVERYWHERE, False, "reads no ConfigMap"),
@@ -183,7 +186,7 @@ def short_run(name: str) -> dict[str, Any]:
 
 
 def test_the_operator_and_the_runner_hold_exactly_the_table(
-    batchmark_operator: InstalledOperator, kube_namespace: str, tmp_path: Path
+    batchmark_operator: InstalledOperator, jobset: JobSet, kube_namespace: str, tmp_path: Path
 ) -> None:
     cluster = batchmark_operator.cluster
     # The session's operator: the chart's ServiceAccount, RBAC and admission policies, as installed.

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from batchmark.operator.controller import kueue
+from batchmark.operator.controller.jobset import JOB_INDEX_LABEL, JOBSET_API_VERSION, REPLICATED_JOB
 from batchmark.operator.resource.api import (
     API_VERSION,
     DEFAULT_CPU_IMAGE,
@@ -25,11 +26,15 @@ from batchmark.runner.contract import (
     CONFIG_KEY,
     CONFIG_PATH,
     ENV_DATA_DIRECTORY,
+    ENV_LEADER,
+    ENV_MEMBER,
+    ENV_MEMBERS,
     ENV_NAME,
     ENV_NAMESPACE,
     ENV_POD,
     ENV_TERMINATION,
     ENV_UID,
+    MEMBER_REPORT_PORT,
     TERMINATION_MESSAGE_PATH,
 )
 from batchmark.runner.engines.registry import engine_entry
@@ -140,10 +145,22 @@ def role_binding(owner: Owner) -> dict[str, Any]:
 
 
 def gpu_count(spec: BatchBenchmarkSpec) -> int:
-    """GPUs the engines need: per replica, vLLM's tensor_parallel_size x pipeline_parallel_size of vllmConfig, times
-    backend.replicas; none on cpu."""
+    """GPUs one pod's engines need: per replica, vLLM's tensor_parallel_size x pipeline_parallel_size of
+    vllmConfig, times the pod's replicas; none on cpu."""
     gpus = engine_entry(spec.backend.engine).pod.gpus(spec.backend.vllm_config, "spec.backend.vllmConfig")
-    return 0 if spec.device == "cpu" else gpus * spec.backend.replicas
+    return 0 if spec.device == "cpu" else gpus * spec.pod_replicas
+
+
+def workload(
+    owner: Owner,
+    spec: BatchBenchmarkSpec,
+    workload_priority_class: str | None = None,
+    identity: RunnerIdentity = RunnerIdentity(),  # noqa: B008 (frozen: one shared instance is safe)
+) -> dict[str, Any]:
+    """What runs the benchmark: its Job, or above one pod its JobSet."""
+    if spec.pods > 1:
+        return jobset(owner, spec, workload_priority_class, identity)
+    return job(owner, spec, workload_priority_class, identity)
 
 
 def job(
@@ -157,9 +174,73 @@ def job(
 
     With ``spec.queueName`` it is created suspended, labelled with its Kueue LocalQueue (and its
     WorkloadPriorityClass, when the caller found one): Kueue unsuspends it when it admits it."""
+    job_spec = _job_spec(owner, spec, identity)
+    job_spec["backoffLimit"] = spec.retries
+    if spec.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
+    metadata = owner.metadata(owner.name)
+    if spec.queue_name is not None:
+        job_spec["suspend"] = True
+        metadata["labels"] |= kueue.job_labels(spec.queue_name, workload_priority_class)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def jobset(
+    owner: Owner,
+    spec: BatchBenchmarkSpec,
+    workload_priority_class: str | None = None,
+    identity: RunnerIdentity = RunnerIdentity(),  # noqa: B008 (frozen: one shared instance is safe)
+) -> dict[str, Any]:
+    """The JobSet of a benchmark over several pods: ``spec.pods`` Jobs of one pod each, every pod the Job's pod of
+    a one-pod benchmark plus its index (the runner names itself member <index> of <pods> by it). All succeed or
+    the benchmark fails: one pod that fails fails the JobSet (and JobSet stops the others), which is restarted
+    whole ``spec.retries`` times. Every field JobSet's defaulting webhook would set is written out, so the JobSet
+    runs the same where that webhook does not run.
+
+    With ``spec.queueName`` it is created suspended with Kueue's labels, and Kueue admits it as one workload."""
+    job_spec = _job_spec(owner, spec, identity, members=spec.pods)
+    job_spec |= {"backoffLimit": 0, "completionMode": "Indexed", "completions": 1, "parallelism": 1}
+    set_spec: dict[str, Any] = {
+        "replicatedJobs": [
+            {
+                "name": REPLICATED_JOB,
+                "replicas": spec.pods,
+                "template": {"metadata": {"labels": labels(owner.name)}, "spec": job_spec},
+            }
+        ],
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        "successPolicy": {"operator": "All"},
+        "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+        "failurePolicy": {"maxRestarts": spec.retries},
+    }
+    if spec.ttl_seconds_after_finished is not None:
+        set_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
+    metadata = owner.metadata(owner.name)
+    if spec.queue_name is not None:
+        set_spec["suspend"] = True
+        metadata["labels"] |= kueue.job_labels(spec.queue_name, workload_priority_class)
+    return {"apiVersion": JOBSET_API_VERSION, "kind": "JobSet", "metadata": metadata, "spec": set_spec}
+
+
+def leader_address(owner: Owner) -> str:
+    """Pod 0's stable name, as the other pods of the JobSet resolve it: the Indexed Job's pod hostname
+    `<job>-<pod index>` under the JobSet's headless Service (named as the JobSet), in the pods' own namespace."""
+    return f"{owner.name}-{REPLICATED_JOB}-0-0.{owner.name}"
+
+
+def _job_spec(owner: Owner, spec: BatchBenchmarkSpec, identity: RunnerIdentity, members: int = 1) -> dict[str, Any]:
+    """A Job's spec of one runner pod (without what differs between a Job and a JobSet's Job)."""
     gpus = gpu_count(spec)
     command, ports = runner_command(spec)
     env, mounts, volumes = runner_environment(owner, spec)
+    if members > 1:
+        index = {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX_LABEL}']"}}
+        env += [
+            {"name": ENV_MEMBER, "valueFrom": index},
+            {"name": ENV_MEMBERS, "value": str(members)},
+            {"name": ENV_LEADER, "value": leader_address(owner)},
+        ]
+        ports.append({"name": "member-reports", "containerPort": MEMBER_REPORT_PORT, "protocol": "TCP"})
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
         "image": spec.image or (DEFAULT_CPU_IMAGE if spec.device == "cpu" else DEFAULT_IMAGE),
@@ -206,19 +287,10 @@ def job(
         "imagePullSecrets": [ref.model_dump() for ref in spec.image_pull_secrets] if spec.image_pull_secrets else None,
     }
     pod.update({key: value for key, value in optional.items() if value is not None})
-    job_spec: dict[str, Any] = {
-        "backoffLimit": spec.retries,
-        "template": {"metadata": {"labels": labels(owner.name)}, "spec": pod},
-    }
+    job_spec: dict[str, Any] = {"template": {"metadata": {"labels": labels(owner.name)}, "spec": pod}}
     if spec.timeout is not None:
         job_spec["activeDeadlineSeconds"] = spec.timeout
-    if spec.ttl_seconds_after_finished is not None:
-        job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
-    metadata = owner.metadata(owner.name)
-    if spec.queue_name is not None:
-        job_spec["suspend"] = True
-        metadata["labels"] |= kueue.job_labels(spec.queue_name, workload_priority_class)
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+    return job_spec
 
 
 def runner_command(spec: BatchBenchmarkSpec) -> tuple[list[str], list[dict[str, Any]]]:

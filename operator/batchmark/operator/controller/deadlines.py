@@ -6,6 +6,8 @@ it is), so the refresh that ends the benchmark at its bound (controller.stalls) 
 Every refresh records the next bound of its benchmark here (or that it has none); one task of the dispatch
 (``DeadlinePoller``) asks every second which are due and refreshes those. A refresh that finds its bound not
 quite passed (the API server's clock ahead of ours) records it again, and is asked again a second later.
+A benchmark over several pods records a time a few seconds ahead while it runs: its JobSet has no watch
+(reconcile.py), and its end comes after its pods' last event.
 """
 
 from __future__ import annotations

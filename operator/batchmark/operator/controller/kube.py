@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from batchmark.operator.controller import kueue, positions
+from batchmark.operator.controller.jobset import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from batchmark.operator.controller.status import controller_uid
 from batchmark.operator.resource.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
@@ -52,6 +53,7 @@ _COLLECTIONS = {
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
+    "JobSet": f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/namespaces/{{namespace}}/{JOBSET_PLURAL}",
 }
 _BENCHMARKS = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
 
@@ -122,14 +124,34 @@ class Kube:
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(f"{_COLLECTIONS['Job'].format(namespace=namespace)}/{name}")
 
+    def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(f"{_COLLECTIONS['JobSet'].format(namespace=namespace)}/{name}")
+
     def suspend_job(self, namespace: str, name: str) -> None:
         """Stop the Job's pods (SIGTERM, then the grace period) without counting them as failures."""
+        self._suspend("Job", namespace, name)
+
+    def suspend_jobset(self, namespace: str, name: str) -> None:
+        """Stop all the JobSet's pods, as ``suspend_job`` a Job's."""
+        self._suspend("JobSet", namespace, name)
+
+    def _suspend(self, kind: str, namespace: str, name: str) -> None:
         try:
-            path = f"{_COLLECTIONS['Job'].format(namespace=namespace)}/{name}"
+            path = f"{_COLLECTIONS[kind].format(namespace=namespace)}/{name}"
             self.request("PATCH", path, {"spec": {"suspend": True}}, content_type=MERGE_PATCH)
         except ApiException as error:
             if error.status != 404:
                 raise
+
+    def jobset_served(self) -> bool:
+        """Whether the API server serves JobSet's API (its CRD is installed); discovery needs no RBAC."""
+        try:
+            self.request("GET", f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}")
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
 
     def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
         query = [("labelSelector", f"batchmark.dev/benchmark={benchmark}")]
@@ -155,7 +177,7 @@ class Kube:
         except ApiException as error:
             if error.status != 409:
                 raise
-            if kind == "Job":
+            if kind in ("Job", "JobSet"):
                 self._check_owner(manifest)
             return False
         return True

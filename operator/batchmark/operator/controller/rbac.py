@@ -32,6 +32,7 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks/status"], "verbs": ["get", "patch", "update"]},
     {"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks/finalizers"], "verbs": ["update"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["configmaps", "serviceaccounts"], "verbs": ["create"]},
     {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},

@@ -15,6 +15,7 @@ status with the Job, and, while it waits, its position in the queue (``positions
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 
 from batchmark.operator.controller import children, kueue
 from batchmark.operator.controller.deadlines import Deadlines
+from batchmark.operator.controller.jobset import JOBSET_API_VERSION, MAX_JOBSET_NAME, REPLICATED_JOB
 from batchmark.operator.controller.kube import Kube, KueueApi
 from batchmark.operator.controller.kueue import WorkloadView
 from batchmark.operator.controller.metrics import OperatorMetrics
@@ -83,15 +85,16 @@ class Reconciler:
         try:
             spec = self.defaults.apply(BatchBenchmarkSpec.model_validate(body.get("spec") or {}))
             config = spec.run_config(name)
+            self._check_jobset(spec, name)
             priority_class = self._workload_priority_class(spec, namespace)
-            job = children.job(owner, spec, priority_class, self.defaults.security_context)
+            job = children.workload(owner, spec, priority_class, self.defaults.security_context)
         except (ValidationError, ValueError) as error:
             self.refresh(namespace, name, invalid=_describe(error))
             return
         except QueueRefused as refusal:
             self.refresh(namespace, name, invalid=refusal.message, invalid_reason=refusal.reason)
             return
-        if spec.cancel and self.children.job(namespace, name, owner.uid) is None:
+        if spec.cancel and self._job(namespace, name, owner.uid, spec.pods) is None:
             self.refresh(namespace, name)
             return
         # The calls go in three rounds, each made at once, not nine in a row (with 200 benchmarks applied
@@ -126,6 +129,31 @@ class Reconciler:
                 pending.result()  # Pending first, so that it never follows Failed
             refused = f"the API server refused the benchmark's objects: {_api_message(error)}"
             self.refresh(namespace, name, invalid=refused, invalid_reason=Reason.ADMISSION_REFUSED)
+
+    def _check_jobset(self, spec: BatchBenchmarkSpec, name: str) -> None:
+        """A benchmark over several pods needs JobSet's API, and a name its Jobs' names can carry."""
+        if spec.pods == 1:
+            return
+        if len(name) > MAX_JOBSET_NAME:
+            raise ValueError(
+                f"spec.parallelism: a benchmark over several pods ({spec.pods}) is a JobSet whose Jobs are named"
+                f" <name>-{REPLICATED_JOB}-<index>; its name may be {MAX_JOBSET_NAME} characters at most, not"
+                f" {len(name)}"
+            )
+        if not self.kube.jobset_served():
+            raise ValueError(
+                f"spec.parallelism: {spec.parallelism.replicas if spec.parallelism else 1} replicas over"
+                f" {spec.pods} pods run as a JobSet ({JOBSET_API_VERSION}), which this cluster does not serve;"
+                " install JobSet, or run every replica in one pod (replicasPerPod equal to replicas)"
+            )
+
+    def _job(self, namespace: str, name: str, uid: str, pods: int) -> JobView | None:
+        """The benchmark's Job, or its JobSet above one pod (read from the API server: it has no index)."""
+        if pods == 1:
+            return self.children.job(namespace, name, uid)
+        found = self.kube.get_jobset(namespace, name) if self.kube.jobset_served() else None
+        view = JobView.from_jobset(found) if found is not None else None
+        return view if view is not None and view.owner_uid == uid else None
 
     def _create_at_once(self, *manifests: Mapping[str, Any]) -> list[bool]:
         """Create the objects concurrently; for each, whether this call created it (False: it existed)."""
@@ -171,15 +199,16 @@ class Reconciler:
                 return None
             stored: dict[str, Any] = body.get("status") or {}
             uid = str(body["metadata"].get("uid") or "")
-            job = self.children.job(namespace, name, uid)
+            spec = body.get("spec") or {}
+            members = _pods_of(spec)
+            job = self._job(namespace, name, uid, members)
             if job is None and created_job is not None:
-                job = JobView.from_dict(created_job)
+                job = JobView.from_jobset(created_job) if members > 1 else JobView.from_dict(created_job)
             pods = self.children.pods(namespace, name) if job and created_job is None else []
             # Pods of a previous benchmark's Job of the same name carry the same label: only this Job's count.
-            pods = [pod for pod in pods if job is not None and pod.owner_uid == job.uid]
+            pods = [pod for pod in pods if job is not None and job.owns(pod)]
             queued = job is not None and job.queued
             workload = self.children.workload(namespace, job.uid) if job and queued and job.uid else None
-            spec = body.get("spec") or {}
             cancel = bool(spec.get("cancel"))
             if cancel and workload is not None and workload.active:
                 self.kueue.deactivate(namespace, workload.name)
@@ -203,7 +232,8 @@ class Reconciler:
                 self._stop(namespace, name, job, workload)
             fields = {**update.fields, **(extra or {})}
             check_status_writes("operator", fields, OPERATOR_STATUS_FIELDS)
-            if update.phase in FINISHED_PHASES and not stored.get("results"):
+            # One pod's summary is never a benchmark over several pods' result: its pod 0 writes theirs, merged.
+            if update.phase in FINISHED_PHASES and not stored.get("results") and members == 1:
                 fallback = _results_from_termination_messages(pods)
                 check_status_writes("operator", fallback, OPERATOR_FALLBACK_FIELDS)
                 fields.update(fallback)
@@ -214,7 +244,7 @@ class Reconciler:
             self._announce_preemption(body, stored, fields)
             self.metrics.set_phase(namespace, name, update.phase)
             self.metrics.set_starting(namespace, name, update.starting)
-            self.deadlines.set(namespace, name, update.deadline)
+            self.deadlines.set(namespace, name, _next_look(update, members))
             completion_time = fields.get("completionTime") or stored.get("completionTime")
             if update.phase == Phase.FAILED and completion_time:
                 self.metrics.set_failure(namespace, name, update.reason, completion_time)
@@ -238,6 +268,8 @@ class Reconciler:
         manages it (it would resume a Job suspended under an admitted Workload), else by suspending it."""
         if job.queued and workload is not None:
             self.kueue.deactivate(namespace, workload.name)
+        elif not job.suspended and job.members > 1:
+            self.kube.suspend_jobset(namespace, name)
         elif not job.suspended:
             self.kube.suspend_job(namespace, name)
 
@@ -258,10 +290,16 @@ class Reconciler:
         makes only later), and Kueue evicts it and suspends the Job itself. Suspending it here as well would race
         with Kueue, which resumes a suspended Job whose Workload is still admitted: a new pod would start, and be
         stopped again while its engine loads, writing empty results over the cancelled run's."""
-        job = self.kube.get_job(namespace, name)
-        if job is not None and kueue.QUEUE_NAME_LABEL not in (job["metadata"].get("labels") or {}):
-            self.kube.suspend_job(namespace, name)
-        self.refresh(namespace, name)
+        body = self.kube.get_benchmark(namespace, name)
+        if body is not None and _pods_of(body.get("spec") or {}) > 1:
+            jobset = self.kube.get_jobset(namespace, name)
+            if jobset is not None and kueue.QUEUE_NAME_LABEL not in (jobset["metadata"].get("labels") or {}):
+                self.kube.suspend_jobset(namespace, name)
+        else:
+            job = self.kube.get_job(namespace, name)
+            if job is not None and kueue.QUEUE_NAME_LABEL not in (job["metadata"].get("labels") or {}):
+                self.kube.suspend_job(namespace, name)
+        self.refresh(namespace, name, body=body)
 
     def forget(self, namespace: str, name: str) -> None:
         self.metrics.forget(namespace, name)
@@ -304,6 +342,31 @@ class QueueRefused(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+# How often a benchmark over several pods is looked at while it runs: no watch follows its JobSet (the operator
+# may start before JobSet is installed), and the JobSet's end comes after its pods' last event.
+JOBSET_LOOK_SECONDS = 2.0
+
+
+def _next_look(update: StatusUpdate, members: int) -> datetime.datetime | None:
+    """When the benchmark's status is to be built again: its start bound's deadline, and for a JobSet's benchmark
+    that has not finished, within JOBSET_LOOK_SECONDS."""
+    if members == 1 or update.phase in FINISHED_PHASES:
+        return update.deadline
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=JOBSET_LOOK_SECONDS)
+    return min(soon, update.deadline) if update.deadline is not None else soon
+
+
+def _pods_of(spec: Mapping[str, Any]) -> int:
+    """The pods a stored spec runs in at once (its JobSet's, above 1); 1 for a spec the model would refuse."""
+    parallelism = spec.get("parallelism") or {}
+    try:
+        replicas = int(parallelism.get("replicas") or 1)
+        per_pod = int(parallelism.get("replicasPerPod") or 1)
+    except (TypeError, ValueError):
+        return 1
+    return replicas // per_pod if per_pod > 0 and replicas % per_pod == 0 else 1
 
 
 def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:

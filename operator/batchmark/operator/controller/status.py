@@ -11,10 +11,12 @@ Everything here is a pure function over typed views of the Kubernetes objects, t
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from batchmark.operator.controller.jobset import JOB_INDEX_LABEL, JOBSET_UID_LABEL, REPLICATED_JOB
 from batchmark.operator.controller.kueue import QUEUE_NAME_LABEL, WorkloadView
 from batchmark.operator.controller.positions import QueuePosition
 from batchmark.operator.controller.stalls import (
@@ -71,10 +73,13 @@ class PodView:
     termination_message: str | None = None
     deleting: bool = False
     owner_uid: str | None = None  # its Job's uid: a pod of a previous benchmark's Job of the same name is not ours
+    jobset_uid: str | None = None  # a JobSet's pod: the JobSet's uid (its Job is the JobSet's)
+    member: int = 0  # a JobSet's pod: its Job's index among the JobSet's
 
     @classmethod
     def from_dict(cls, pod: Mapping[str, Any]) -> PodView:
         metadata = pod.get("metadata") or {}
+        labels = metadata.get("labels") or {}
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
         scheduled: bool | None = None
@@ -97,6 +102,8 @@ class PodView:
             unschedulable_message=unschedulable,
             deleting=metadata.get("deletionTimestamp") is not None,
             owner_uid=controller_uid(metadata),
+            jobset_uid=labels.get(JOBSET_UID_LABEL),
+            member=int(index) if (index := labels.get(JOB_INDEX_LABEL, "0")).isdigit() else 0,
         )
         for container in status.get("containerStatuses") or []:
             if container.get("name") != RUNNER_CONTAINER:
@@ -136,11 +143,59 @@ class JobView:
     uid: str = ""  # Kueue's Workload for the Job carries it
     queue_name: str | None = None  # Kueue's queue-name label (spec.queueName): the LocalQueue it waits in
     owner_uid: str | None = None  # its BatchBenchmark's uid: a Job left by a previous one of the same name is not ours
+    members: int = 1  # pods run at once: above 1, this is the benchmark's JobSet (from_jobset)
+    restarts: int = 0  # a JobSet's: times it was restarted whole (spec.retries)
+    failed_member: int | None = None  # a failed JobSet's: the index of its Job that failed first, where it says
 
     @property
     def queued(self) -> bool:
         """Created to wait in a Kueue LocalQueue."""
         return self.queue_name is not None
+
+    def owns(self, pod: PodView) -> bool:
+        """Whether the pod is this Job's (or this JobSet's), not one of a previous benchmark of the same name."""
+        return bool(self.uid) and self.uid in (pod.owner_uid, pod.jobset_uid)
+
+    @classmethod
+    def from_jobset(cls, jobset: Mapping[str, Any]) -> JobView:
+        """The view of a benchmark's JobSet, which stands for its Job: its Jobs' pods counted together, Completed
+        as complete, Failed with JobSet's reason (e.g. FailedJobs), its restarts as a Job's retries."""
+        metadata = jobset.get("metadata") or {}
+        spec = jobset.get("spec") or {}
+        status = jobset.get("status") or {}
+        replicated = status.get("replicatedJobsStatus") or []
+        complete = False
+        failed_reason = failed_message = finished_at = None
+        for condition in status.get("conditions") or []:
+            if condition.get("status") != "True":
+                continue
+            if condition.get("type") == "Completed":
+                complete, finished_at = True, condition.get("lastTransitionTime")
+            elif condition.get("type") == "Failed":
+                failed_reason = condition.get("reason") or "Failed"
+                failed_message = condition.get("message")
+                finished_at = condition.get("lastTransitionTime")
+        members = sum(int(job.get("replicas") or 0) for job in spec.get("replicatedJobs") or [])
+        return cls(
+            name=metadata.get("name", ""),
+            created=str(metadata.get("creationTimestamp") or ""),
+            active=sum(int(job.get("active") or 0) for job in replicated),
+            succeeded=sum(int(job.get("succeeded") or 0) for job in replicated),
+            failed=sum(int(job.get("failed") or 0) for job in replicated),
+            suspended=bool(spec.get("suspend")),
+            started=str(metadata.get("creationTimestamp") or "") or None,
+            backoff_limit=int((spec.get("failurePolicy") or {}).get("maxRestarts") or 0),
+            complete=complete,
+            failed_reason=failed_reason,
+            failed_message=failed_message,
+            completion_time=str(finished_at) if finished_at else None,
+            uid=str(metadata.get("uid") or ""),
+            queue_name=(metadata.get("labels") or {}).get(QUEUE_NAME_LABEL),
+            owner_uid=controller_uid(metadata),
+            members=max(members, 1),
+            restarts=int(status.get("restarts") or 0),
+            failed_member=_first_failed_member(failed_message),
+        )
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> JobView:
@@ -176,6 +231,15 @@ class JobView:
             queue_name=(metadata.get("labels") or {}).get(QUEUE_NAME_LABEL),
             owner_uid=controller_uid(metadata),
         )
+
+
+# JobSet's message when it fails names the Job that failed first, `... (first failed job: <jobset>-<rjob>-<index>)`.
+_FIRST_FAILED_JOB = re.compile(r"first failed job: \S*?-(\d+)\)?$")
+
+
+def _first_failed_member(message: str | None) -> int | None:
+    found = _FIRST_FAILED_JOB.search(message or "")
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -228,8 +292,8 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
     stored = observation.status
     previous: str | None = stored.get("phase")
     when = timestamp or now()
-    pod = _current_pod(observation.pods)
     job = observation.job
+    pod = _current_pod(observation.pods, job)
     deadline, stalled, starting = None, False, False
     if previous in FINISHED_PHASES:
         phase = Phase(previous)
@@ -259,6 +323,8 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
         # preempted the benchmark are not (a suspended Job's pods are no failures), so those count apart.
         preempted = observation.workload.preemptions if observation.workload is not None else 0
         started = job.active + job.succeeded + job.failed + preempted
+        if job.members > 1:  # a JobSet's attempts are its whole runs, not its pods
+            started = (job.restarts + 1 if job.active or job.succeeded or job.failed else 0) + preempted
         fields["attempts"] = max(int(stored.get("attempts") or 0), started)
         if observation.queued:
             preemptions = _preemptions(observation, when)
@@ -311,9 +377,45 @@ def _never_backwards(
     return Phase(previous), reason, message
 
 
-def _current_pod(pods: Sequence[PodView]) -> PodView | None:
-    """The newest pod: after a retry the earlier ones only tell history."""
-    return max(pods, key=lambda pod: (pod.created, pod.name)) if pods else None
+def _current_pod(pods: Sequence[PodView], job: JobView | None = None) -> PodView | None:
+    """The pod the phase follows: the newest (after a retry the earlier ones only tell history). Of a benchmark
+    over several pods, which is only as far as its slowest pod: a failed pod (the first to fail, where JobSet
+    says), else the least advanced one while one is not running yet, else pod 0 (whose runner reports the
+    progress)."""
+    if not pods:
+        return None
+    members = job.members if job is not None else 1
+    if members == 1:
+        return max(pods, key=lambda pod: (pod.created, pod.name))
+    newest: dict[int, PodView] = {}
+    for pod in sorted(pods, key=lambda pod: (pod.created, pod.name)):
+        newest[pod.member] = pod
+    current = sorted(newest.values(), key=lambda pod: pod.member)
+    # The pod that failed first is the one JobSet did not stop: it stops the others by deleting their Jobs.
+    failed = sorted((pod for pod in current if pod.phase == "Failed"), key=lambda pod: (pod.deleting, pod.member))
+    first = job.failed_member if job is not None else None
+    failed.sort(key=lambda pod: pod.member != first)
+    if failed:
+        return failed[0]
+    laggard = min(current, key=lambda pod: (_stage(pod), pod.member))
+    if _stage(laggard) < _STAGE_RUNNING:
+        return laggard
+    # Every pod made runs, and a pod not made yet is behind them all (its Job has not created it).
+    return current[0] if len(current) == members else None
+
+
+_STAGE_RUNNING = 3
+
+
+def _stage(pod: PodView) -> int:
+    """How far a pod got: 0 no node, 1 waiting for its image or container, 2 starting, 3 running, 4 done."""
+    if pod.phase in ("Succeeded", "Failed"):
+        return 4
+    if not pod.node_name:
+        return 0
+    if pod.waiting_reason in (*IMAGE_WAITING_REASONS, *CONTAINER_WAITING_REASONS):
+        return 1
+    return _STAGE_RUNNING if pod.phase == "Running" else 2
 
 
 def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, str]:
@@ -326,8 +428,9 @@ def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, s
         return Phase.PENDING, Reason.CREATED, "creating the benchmark's Job"
     if job.complete:
         return Phase.SUCCEEDED, Reason.COMPLETED, "the benchmark finished"
-    # Not before the pod's process ended: on SIGTERM the runner is still writing its partial results.
-    if observation.cancel and not _pod_alive(pod):
+    # Not before the pods' processes ended: on SIGTERM the runners are still writing their partial results.
+    alive = _pod_alive(pod) if job.members == 1 else any(_pod_alive(each) for each in observation.pods)
+    if observation.cancel and not alive:
         return Phase.CANCELLED, Reason.CANCELLED, "cancelled (spec.cancel); the results so far are kept"
     if job.failed_reason is not None:
         return _failure(job, pod)
@@ -422,6 +525,25 @@ def _failure(job: JobView, pod: PodView | None) -> tuple[Phase, str, str]:
     if job.failed_reason == Reason.DEADLINE_EXCEEDED:
         return Phase.FAILED, Reason.DEADLINE_EXCEEDED, job.failed_message or "the benchmark ran past spec.timeout"
     told = _pod_failure(pod) if pod is not None else None
+    if job.members > 1 and job.failed_member is not None and (pod is None or pod.member != job.failed_member):
+        # The pod that failed first is gone (deleted, or evicted and removed): its Job's index still says which.
+        because = f" ({job.failed_reason}: {job.failed_message})" if job.failed_message else ""
+        return (
+            Phase.FAILED,
+            Reason.POD_FAILED,
+            f"pod {job.failed_member} of {job.members} (its Job {job.name}-{REPLICATED_JOB}-{job.failed_member}) failed"
+            f" and is gone, and its JobSet stopped the others{because}",
+        )
+    if job.members > 1 and pod is not None:
+        # Which of the pods (and so which replicas) ended the benchmark; the others' runs were stopped with it.
+        which = f"pod {pod.member} of {job.members} ({pod.name}{' on ' + pod.node_name if pod.node_name else ''})"
+        if told is not None:
+            return Phase.FAILED, told[0], f"{which}: {told[1]}"
+        if pod.phase == "Failed" or pod.deleting:
+            exit_code = f" with exit code {pod.exit_code}" if pod.exit_code is not None else ""
+            ended = f"failed{exit_code}" if pod.phase == "Failed" else "was deleted"
+            because = f" ({job.failed_reason}: {job.failed_message})" if job.failed_message else ""
+            return Phase.FAILED, Reason.POD_FAILED, f"{which} {ended}, and its JobSet stopped the others{because}"
     if told is not None:
         return Phase.FAILED, *told
     return (

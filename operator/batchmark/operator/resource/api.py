@@ -17,13 +17,20 @@ from batchmark.operator.resource.status import Phase
 from batchmark.runner import __version__, contract
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, MAX_LINGER_SECONDS
 from batchmark.runner.config.backend import BackendConfig
-from batchmark.runner.config.base import MAX_CONSTRAINTS, MAX_REPEATS, MAX_SAMPLE_REQUESTS, MAX_SWEEP_BENCHMARKS
+from batchmark.runner.config.base import (
+    MAX_CONSTRAINTS,
+    MAX_REPEATS,
+    MAX_REPLICAS,
+    MAX_SAMPLE_REQUESTS,
+    MAX_SWEEP_BENCHMARKS,
+)
 from batchmark.runner.config.constraints import ConstraintConfig
 from batchmark.runner.config.cost import CostConfig
 from batchmark.runner.config.data import DataConfig
 from batchmark.runner.config.profiles import ProfileConfig
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.config.sweep import SweepConfig
+from batchmark.runner.engines.registry import engine_entry
 from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
 
 # The resource's identity is part of the operator–runner contract; named here for the operator's modules.
@@ -190,6 +197,56 @@ class StartTimeouts(ApiModel):
     )
 
 
+# The most pods one benchmark may span: a JobSet of this many single-pod Jobs (a fleet of 16 nodes of 8 GPUs
+# at one replica a pod is 128).
+MAX_PODS = 256
+
+
+class Parallelism(ApiModel):
+    """How many engine replicas the benchmark measures at once, and how they are laid over pods. Each replica is
+    an independent engine on its own devices; all are fed by one load per pod and measured over one common window.
+    One pod (replicas = replicasPerPod) runs as a Job, like a benchmark without parallelism; above one pod the
+    operator creates one JobSet (jobset.x-k8s.io, which must be installed), whose pods start together or not at
+    all and, with queueName, are admitted by Kueue as one workload. Each pod writes its own results; the
+    operator merges them into the benchmark's (sums over the window all pods measured, latency distributions
+    merged from the pods' sketches)."""
+
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PODS * MAX_REPLICAS,
+        strict=True,
+        description="Engine replicas of the benchmark in all (the fleet measured), over all its pods.",
+    )
+    replicas_per_pod: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPLICAS,
+        strict=True,
+        description="Engine replicas in each pod (backend.replicas of each pod's run): the pod's GPUs are split"
+        " evenly among them, tensor_parallel_size x pipeline_parallel_size each (on cpu, its CPUs). It must divide"
+        " replicas.",
+    )
+
+    @model_validator(mode="after")
+    def _whole_pods(self) -> Parallelism:
+        if self.replicas % self.replicas_per_pod:
+            raise ValueError(
+                f"replicasPerPod ({self.replicas_per_pod}) does not divide replicas ({self.replicas}):"
+                " every pod runs the same number of replicas"
+            )
+        if self.pods > MAX_PODS:
+            raise ValueError(
+                f"replicas / replicasPerPod is {self.pods} pods, above the {MAX_PODS} one benchmark may span;"
+                " put more replicas in each pod"
+            )
+        return self
+
+    @property
+    def pods(self) -> int:
+        return self.replicas // self.replicas_per_pod
+
+
 # --- the resource -------------------------------------------------------------------------------------------
 
 
@@ -216,6 +273,10 @@ class BatchBenchmarkSpec(ApiModel):
         " each benchmark reports whether it met every target and its goodput; the best that met it is recommended.",
     )
     cost: CostConfig | None = Field(default=None, description="GPU price, to report cost per million tokens.")
+    parallelism: Parallelism | None = Field(
+        default=None,
+        description="Engine replicas measured at once, in one pod or over several (a JobSet); default: one.",
+    )
     repeats: int = Field(
         default=1,
         ge=1,
@@ -314,12 +375,57 @@ class BatchBenchmarkSpec(ApiModel):
                     raise ValueError(f"device is cpu but resources.{kind} asks for {GPU_RESOURCE}")
         return self
 
+    @model_validator(mode="after")
+    def _replicas_fit(self) -> BatchBenchmarkSpec:
+        if self.parallelism is None:
+            return self
+        if self.backend.replicas != 1:
+            raise ValueError(
+                "spec.backend.replicas: give the replicas in spec.parallelism (replicasPerPod for those of one pod),"
+                " not also here"
+            )
+        if self.pods > 1 and self.metrics.pushgateway:
+            # Each pod would push its own results under the benchmark's one grouping key, the last overwriting.
+            raise ValueError(
+                "spec.metrics.pushgateway: a benchmark over several pods pushes no results to a Pushgateway (each pod"
+                " would overwrite the others'); Prometheus scrapes each pod's /metrics, and the status and"
+                " `batchmark results` hold the merged results"
+            )
+        swept = self.sweep.replicas if self.sweep is not None else None
+        if swept and max(swept) > self.pod_replicas:
+            raise ValueError(
+                f"spec.sweep.replicas goes up to {max(swept)}, above spec.parallelism.replicasPerPod"
+                f" ({self.pod_replicas}): a pod has devices for that many replicas at most"
+            )
+        per_replica = engine_entry(self.backend.engine).pod.gpus(self.backend.vllm_config, "spec.backend.vllmConfig")
+        given = self.resources.limits if self.resources is not None else None
+        gpus = str((given or {}).get(GPU_RESOURCE, ""))
+        if per_replica and self.device != "cpu" and gpus.isdigit() and int(gpus) < per_replica * self.pod_replicas:
+            raise ValueError(
+                f"spec.resources.limits.{GPU_RESOURCE} ({gpus}) is too few for spec.parallelism.replicasPerPod"
+                f" ({self.pod_replicas}) replicas of tensor_parallel_size x pipeline_parallel_size ({per_replica})"
+                f" GPUs each: give {per_replica * self.pod_replicas}, or leave it out for the operator to ask for"
+                " as many"
+            )
+        return self
+
+    @property
+    def pod_replicas(self) -> int:
+        """Engine replicas in each pod."""
+        return self.parallelism.replicas_per_pod if self.parallelism is not None else self.backend.replicas
+
+    @property
+    def pods(self) -> int:
+        """Pods the benchmark runs in at once (above 1: a JobSet)."""
+        return self.parallelism.pods if self.parallelism is not None else 1
+
     def run_config(self, name: str) -> RunConfig:
-        """The runner's config for this benchmark (the CR's name is the benchmark's name)."""
+        """The runner's config for this benchmark (the CR's name is the benchmark's name), as each pod runs it."""
+        backend = self.backend.model_copy(update={"replicas": self.pod_replicas})
         return RunConfig.model_validate(
             {
                 "name": name,
-                "backend": self.backend,
+                "backend": backend,
                 "data": self.data,
                 "profile": self.profile,
                 "constraints": self.constraints,

@@ -16,6 +16,13 @@ writer
 - always writes the compact summary to the termination message, so the results survive an API server it
   cannot reach.
 
+In a benchmark over several pods (``ENV_MEMBER`` and ``ENV_MEMBERS`` set: one pod of a JobSet), each pod's
+report is one part of the benchmark's: every pod creates its own results ConfigMap and writes its termination
+message; the others send their reports to pod 0 (batchmark.runner.observe.members), and pod 0 alone patches the
+status: its progress, and at the end the pods' reports merged (into a ConfigMap of its own, ``<pod>-results-merged``).
+Where a pod's report never came (it failed, it was stopped), pod 0 writes no results: an aggregate over fewer
+replicas than the benchmark asked for would pass for the benchmark's.
+
 Writes are retried on conflicts (409), throttling and dropped connections; one that still fails is logged and
 never fails the run. Without the environment (a laptop) nothing here runs, and the ``kubernetes`` package is
 imported only when it is switched on.
@@ -36,6 +43,9 @@ from typing import Any, cast
 
 from batchmark.runner.contract import (
     COMPRESSED_REPORT_KEY,
+    ENV_LEADER,
+    ENV_MEMBER,
+    ENV_MEMBERS,
     ENV_NAME,
     ENV_NAMESPACE,
     ENV_POD,
@@ -44,6 +54,7 @@ from batchmark.runner.contract import (
     ENV_UID,
     GROUP,
     KIND,
+    MEMBER_REPORT_PORT,
     PLURAL,
     REPORT_KEY,
     RUNNER_STATUS_FIELDS,
@@ -52,6 +63,8 @@ from batchmark.runner.contract import (
 )
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.engines.registry import engine_summary
+from batchmark.runner.observe.members import ReportGatherer, send_report
+from batchmark.runner.results.merge import MergeError, merge_reports
 from batchmark.runner.results.report import RunReport
 from batchmark.runner.results.summary import engine_status, run_summary, termination_message
 from batchmark.runner.run.events import Progress, RunObserver
@@ -63,6 +76,10 @@ log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_SECONDS = 3.0
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
+# How long pod 0 waits for the other pods' reports after its own run, and they try to send theirs: a run that
+# ended as planned waits for the slowest pod; one stopped early (cancel, deletion) has the grace period only.
+MEMBER_WAIT_SECONDS = 600.0
+MEMBER_WAIT_STOPPED_SECONDS = 30.0
 # A ConfigMap holds at most 1 MiB; keys and metadata need a little of it.
 CONFIG_MAP_LIMIT = 1_000_000
 MERGE_PATCH = "application/merge-patch+json"
@@ -79,6 +96,14 @@ class StatusTarget:
     results_config_map: str | None
     pod_name: str | None
     termination_message_path: Path | None
+    member: int = 0  # this pod's index among the benchmark's pods
+    members: int = 1  # the benchmark's pods
+    leader: str | None = None  # pod 0's stable name, where the others send their reports
+
+    @property
+    def writes_status(self) -> bool:
+        """Pod 0 (the only pod of most benchmarks) writes the status; the others send it their reports."""
+        return self.member == 0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> StatusTarget | None:
@@ -87,6 +112,7 @@ class StatusTarget:
             return None
         termination = environ.get(ENV_TERMINATION)
         pod = environ.get(ENV_POD) or None
+        member, members = _membership(environ)
         return cls(
             namespace=environ[ENV_NAMESPACE],
             name=environ[ENV_NAME],
@@ -94,7 +120,22 @@ class StatusTarget:
             results_config_map=environ.get(ENV_RESULTS) or (f"{pod}-results" if pod else None),
             pod_name=pod,
             termination_message_path=Path(termination) if termination else None,
+            member=member,
+            members=members,
+            leader=environ.get(ENV_LEADER) or None,
         )
+
+
+def _membership(environ: Mapping[str, str]) -> tuple[int, int]:
+    """(index, count) of this pod among the benchmark's; (0, 1) where the operator set neither (one pod)."""
+    try:
+        members = int(environ.get(ENV_MEMBERS) or 1)
+        member = int(environ.get(ENV_MEMBER) or 0)
+    except ValueError as error:
+        raise ValueError(f"{ENV_MEMBER} and {ENV_MEMBERS} must be whole numbers: {error}") from None
+    if members < 1 or not 0 <= member < members:
+        raise ValueError(f"{ENV_MEMBER} ({member}) must lie in 0..{ENV_MEMBERS} - 1 ({members - 1})")
+    return member, members
 
 
 def report_config_map_data(report: RunReport, limit: int = CONFIG_MAP_LIMIT) -> dict[str, dict[str, str]]:
@@ -205,8 +246,12 @@ class StatusWriter(RunObserver):
         api_factory: Callable[[], StatusApi] = StatusApi,
         interval: float = PROGRESS_INTERVAL_SECONDS,
         retry_delays: tuple[float, ...] = RETRY_DELAYS,
+        member_address: tuple[str, int] = ("0.0.0.0", MEMBER_REPORT_PORT),
+        member_waits: tuple[float, float] = (MEMBER_WAIT_SECONDS, MEMBER_WAIT_STOPPED_SECONDS),
     ) -> None:
         self.target = target
+        self.member_port = member_address[1]
+        self.member_waits = member_waits
         self.interval = interval
         self.retry_delays = retry_delays
         self._api_factory = api_factory
@@ -221,6 +266,13 @@ class StatusWriter(RunObserver):
         self._closed = False
         self._thread = threading.Thread(target=self._send_loop, name="batchmark-status", daemon=True)
         self._thread.start()
+        self._gatherer: ReportGatherer | None = None
+        if target.members > 1 and target.writes_status:
+            # From the start: a pod whose run was short sends its report while pod 0 still runs.
+            try:
+                self._gatherer = ReportGatherer(target.members, port=member_address[1], host=member_address[0])
+            except OSError as error:
+                log.warning("cannot take the other pods' reports (port in use?): %s", error)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> StatusWriter | None:
@@ -247,8 +299,60 @@ class StatusWriter(RunObserver):
 
     def on_run_end(self, report: RunReport) -> None:
         self.close()
-        summary = run_summary(report)
         self._write_termination_message(report)
+        if self.target.members > 1:
+            self._create_results_config_map(report, str(self.target.results_config_map or ""))
+            wait = self.member_waits[0] if report.complete else self.member_waits[1]
+            if not self.target.writes_status:
+                if self.target.leader is None:
+                    log.warning(
+                        "the operator did not say where pod 0 is (%s): this pod's report stays here", ENV_LEADER
+                    )
+                else:
+                    send_report(self.target.leader, self.target.member, report, wait, self.member_port)
+                return
+            merged = self._merged(report, wait)
+            if merged is None:
+                return
+            name = f"{self.target.results_config_map}-merged" if self.target.results_config_map else None
+            self._write_results(merged, name)
+            return
+        self._write_results(report, self.target.results_config_map)
+
+    def _merged(self, report: RunReport, wait: float) -> RunReport | None:
+        """This pod's report merged with the other pods', or None (logged) where one is missing or they differ."""
+        others = self._gatherer.wait(wait) if self._gatherer is not None else {}
+        if self._gatherer is not None:
+            self._gatherer.close()
+        missing = [str(index) for index in range(1, self.target.members) if index not in others]
+        if missing:
+            log.warning(
+                "no report from pod(s) %s of %d: the benchmark's results are not written (each pod's own are in its"
+                " ConfigMap)",
+                ", ".join(missing),
+                self.target.members,
+            )
+            return None
+        runs = [("pod 0", report), *((f"pod {index}", others[index]) for index in sorted(others))]
+        try:
+            return merge_reports(runs)
+        except MergeError as error:
+            log.warning("the pods' reports cannot be merged: %s", error)
+            return None
+
+    def _create_results_config_map(self, report: RunReport, name: str) -> str | None:
+        """The ConfigMap of the report (its name, which the API server may have made unique), or None."""
+        if not name:
+            return None
+        created: list[str] = []
+        self._attempt(
+            "the results ConfigMap",
+            lambda api: created.append(api.create_config_map(self.target, name, report_config_map_data(report))),
+        )
+        return created[-1] if created else None
+
+    def _write_results(self, report: RunReport, config_map: str | None) -> None:
+        summary = run_summary(report)
         status: dict[str, Any] = {
             "runId": report.run_id,
             "engine": engine_status(report.engine).model_dump(mode="json", by_alias=True, exclude_none=True),
@@ -257,18 +361,9 @@ class StatusWriter(RunObserver):
         best = headline(summary)
         if best is not None:
             status["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if self.target.results_config_map:
-            created: list[str] = []
-            self._attempt(
-                "the results ConfigMap",
-                lambda api: created.append(
-                    api.create_config_map(
-                        self.target, str(self.target.results_config_map), report_config_map_data(report)
-                    )
-                ),
-            )
-            if created:
-                status["resultsConfigMap"] = created[-1]
+        created = self._create_results_config_map(report, config_map or "")
+        if created:
+            status["resultsConfigMap"] = created
         self._attempt("the status", lambda api: self._patch_status(api, status))
 
     # --- sending --------------------------------------------------------------------------------------------
@@ -292,6 +387,8 @@ class StatusWriter(RunObserver):
         return fields
 
     def _queue(self, fields: dict[str, Any], urgent: bool) -> None:
+        if not self.target.writes_status:
+            return
         with self._condition:
             if self._closed:
                 return
