@@ -66,6 +66,16 @@ def link(path: Path, target: Path) -> Path:
 
 # Each case: the arguments after `run` (given tmp_path) and what the message must name.
 RunCase = Callable[[Path], list[str]]
+
+
+def model_with_heads(folder: Path, heads: int) -> Path:
+    """A model folder whose config.json gives its attention heads (all the check reads)."""
+    model = folder / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"num_attention_heads": heads}), encoding="utf-8")
+    return model
+
+
 RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
     "negative data seed": (lambda t: run_args(extra=["--data", DATA + ",seed=-1"]), ["--data", "seed"]),
     "negative poisson seed": (
@@ -201,6 +211,10 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
     "zero tensor parallelism": (
         lambda t: run_args(backend(**{"vllm_config.tensor_parallel_size": 0})),
         ["--backend", "vllm_config", "tensor_parallel_size"],
+    ),
+    "tensor parallelism not dividing the model's heads": (
+        lambda t: run_args(backend(model=str(model_with_heads(t, 14)), **{"vllm_config.tensor_parallel_size": 4})),
+        ["--backend", "vllm_config.tensor_parallel_size (4)", "14 attention heads"],
     ),
     "simulated max_model_len the engine cannot use": (
         lambda t: run_args(backend(**{"vllm_config.max_model_len": -1})),

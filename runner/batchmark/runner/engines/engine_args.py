@@ -1,4 +1,5 @@
-"""``vllm_config``'s names checked in the main process, in milliseconds, before any engine loads.
+"""``vllm_config``'s names (and a tensor-parallel size against the model's heads) checked in the main process, in
+milliseconds, before any engine loads.
 
 A misspelt engine argument (``max_num_seq``) otherwise fails inside the engine's process after the model
 started loading, or, for the simulated engine, is silently ignored. vLLM's names are read from its source:
@@ -13,6 +14,8 @@ import ast
 import difflib
 import functools
 import importlib.util
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,48 @@ def check_engine_args(config: BackendConfig, check_argument: Callable[[str, Any,
                 f"vllm_config.{name}: not an argument of vLLM's engine{did_you_mean(name, known)}"
             )
         check_argument(name, value, known is not None)
+    check_model_fits(config)
+
+
+def check_model_fits(config: BackendConfig) -> None:
+    """Refuse a tensor_parallel_size that does not divide the model's attention heads, as vLLM would once the
+    engine loads, from the model's config.json where it can be read here (a model folder, or the model in the
+    Hugging Face cache); a model not here yet is left to vLLM."""
+    size = config.vllm_config.get("tensor_parallel_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 2:
+        return
+    found = model_config_file(config.model)
+    if found is None:
+        return
+    try:
+        settings = json.loads(found.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(settings, dict):
+        return
+    # A multimodal model keeps its language model's settings under text_config.
+    nested = settings.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else settings
+    heads = text.get("num_attention_heads")
+    if isinstance(heads, int) and heads > 0 and heads % size:
+        raise EngineArgumentError(
+            f"vllm_config.tensor_parallel_size ({size}) does not divide the model's {heads} attention heads"
+            f" (num_attention_heads of {found}): each GPU of a tensor-parallel group holds as many heads"
+        )
+
+
+def model_config_file(model: str) -> Path | None:
+    """The model's config.json: in the model's folder, or in the Hugging Face cache's newest snapshot of it."""
+    folder = Path(model).expanduser()
+    if (folder / "config.json").is_file():
+        return folder / "config.json"
+    if folder.exists() or model.count("/") != 1:
+        return None
+    hub_cache = os.environ.get("HF_HUB_CACHE")
+    home = Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser()
+    hub = Path(hub_cache) if hub_cache else home / "hub"
+    snapshots = (hub / f"models--{model.replace('/', '--')}" / "snapshots").glob("*/config.json")
+    return max(snapshots, key=lambda path: path.stat().st_mtime, default=None)
 
 
 def did_you_mean(name: str, known: frozenset[str]) -> str:
