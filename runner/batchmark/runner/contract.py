@@ -108,6 +108,7 @@ OPERATOR_STATUS_FIELDS: Final = frozenset(
         "startTime",
         "completionTime",
         "attempts",
+        "replicas",
         "preemptions",
         "queue",
     }

@@ -62,6 +62,7 @@ def test_replicas_over_three_pods_sum_over_one_window_and_scale(
     assert {"three-runner-0", "three-runner-1", "three-runner-2", "pairs-runner-0", "pairs-runner-1"} <= jobs
     assert "three" not in jobs
     assert statuses["three"]["jobName"] == "three"
+    assert (statuses["three"]["replicas"], statuses["one"]["replicas"], statuses["pairs"]["replicas"]) == (3, 1, 4)
     [three] = statuses["three"]["results"]
     assert three["replicas"] == 3
     report = results_report(cluster, kube_namespace, "three")

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from batchmark.operator.controller import children
 from batchmark.operator.controller.jobset import JOB_INDEX_LABEL, JOBSET_UID_LABEL
-from batchmark.operator.controller.reconcile import _describe
+from batchmark.operator.controller.reconcile import _describe, _replicas_of
 from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
 from batchmark.operator.resource.status import Phase, Reason
 from batchmark.runner import contract
@@ -180,3 +180,12 @@ def test_a_pod_that_failed_fails_the_benchmark_naming_the_pod() -> None:
     phase, reason, message, _ = phase_of(failed, [member(0), oom, member(2)])
     assert (phase, reason) == (Phase.FAILED, Reason.OOM_KILLED)
     assert message.startswith("pod 1 of 3 (bb-runner-1-0-x on n1): the runner ran out of memory")
+
+
+def test_the_status_says_how_many_replicas_for_the_replicas_column() -> None:
+    assert _replicas_of({"parallelism": {"replicas": 6, "replicasPerPod": 2}, "backend": {"replicas": 1}}) == 6
+    assert _replicas_of({"backend": {"replicas": 4}}) == 4
+    assert _replicas_of({"backend": {}}) == 1
+    assert _replicas_of({"parallelism": {"replicas": "six"}}) is None
+    observation = Observation(generation=1, cancel=False, status={}, job=jobset(active=3), replicas=6)
+    assert build_status(observation, T0).fields["replicas"] == 6

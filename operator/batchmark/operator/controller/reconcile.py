@@ -225,6 +225,7 @@ class Reconciler:
                 workload=workload,
                 position=position,
                 bounds=self._bounds(spec),
+                replicas=_replicas_of(spec),
             )
             update = build_status(observation)
             if update.stalled and job is not None:
@@ -356,6 +357,12 @@ def _next_look(update: StatusUpdate, members: int) -> datetime.datetime | None:
         return update.deadline
     soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=JOBSET_LOOK_SECONDS)
     return min(soon, update.deadline) if update.deadline is not None else soon
+
+
+def _replicas_of(spec: Mapping[str, Any]) -> int | None:
+    """The engine replicas a stored spec measures at once, as it says them (None where it says nonsense)."""
+    replicas = (spec.get("parallelism") or {}).get("replicas") or (spec.get("backend") or {}).get("replicas") or 1
+    return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None
 
 
 def _pods_of(spec: Mapping[str, Any]) -> int:

@@ -258,6 +258,7 @@ class Observation:
     position: QueuePosition | None = None  # the Workload's place in its queue, where Kueue reports it
     # How long its pod may take to start (spec.timeouts over the operator's defaults); None: unbounded.
     bounds: StartBounds | None = None
+    replicas: int | None = None  # engine replicas the spec measures at once (the REPLICAS column); None: not said
 
 
 @dataclass(frozen=True)
@@ -316,6 +317,8 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
         "observedGeneration": observation.generation,
         "conditions": _conditions(stored.get("conditions") or [], phase, reason, message, pod, observation, when),
     }
+    if observation.replicas is not None:
+        fields["replicas"] = observation.replicas
     if job is not None:
         fields["jobName"] = job.name
         fields["startTime"] = stored.get("startTime") or job.created or when

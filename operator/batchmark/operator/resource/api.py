@@ -500,6 +500,11 @@ class BatchBenchmarkStatus(ApiModel):
     attempts: int | None = Field(
         default=None, description="Pods started so far (1 + retries used + times Kueue preempted it)."
     )
+    replicas: int | None = Field(
+        default=None,
+        description="Engine replicas measured at once, over all its pods (spec.parallelism.replicas, else"
+        " spec.backend.replicas): kubectl get's REPLICAS.",
+    )
     preemptions: list[Preemption] | None = Field(
         default=None, max_length=20, description="Times Kueue preempted it, oldest first, with their results."
     )

@@ -192,7 +192,7 @@ def _printer_columns() -> list[dict[str, Any]]:
         column("Phase", "string", ".status.phase", "Where the benchmark is."),
         column("Model", "string", ".spec.backend.model", "Model benchmarked."),
         column("Batch", "integer", ".spec.backend.batchSize", "Micro-batch size."),
-        column("Replicas", "integer", ".spec.backend.replicas", "Engine replicas, each on devices of its own."),
+        column("Replicas", "integer", ".status.replicas", "Engine replicas measured at once, over all pods."),
         column("Tok/s", "number", ".status.headline.outputTokensPerSecond", "Output tokens per second (best)."),
         column("Req/s", "number", ".status.headline.requestsPerSecond", "Requests per second (best)."),
         column("P50", "number", ".status.headline.latencyP50Seconds", "Median request latency, seconds."),
