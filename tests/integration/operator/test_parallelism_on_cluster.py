@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes.client import BatchV1Api, CoreV1Api
+from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 
 from devtools.cluster.jobset import JobSet
 from devtools.cluster.kueue import KUEUE_API_VERSION, Kueue, cluster_queue
@@ -121,6 +121,42 @@ def test_a_pod_killed_mid_run_fails_the_benchmark_naming_it_and_no_aggregate_is_
         lambda: all(pod.status.phase in ("Succeeded", "Failed") for pod in pods_of(cluster, kube_namespace, "broken")),
         120,
     )
+
+
+def test_cancel_stops_every_pod_and_keeps_their_merged_partial_results(
+    batchmark_operator: InstalledOperator, jobset: JobSet, kube_namespace: str
+) -> None:
+    cluster = batchmark_operator.cluster
+    apply(cluster, kube_namespace, fleet("halted", 2, seconds=120))
+    wait_for(
+        "progress",
+        lambda: (
+            ((benchmark(cluster, kube_namespace, "halted").get("status") or {}).get("progress") or {}).get(
+                "requestsCompleted", 0
+            )
+            > 5
+        ),
+        180,
+    )
+    CustomObjectsApi(cluster.api_client()).patch_namespaced_custom_object(
+        "batchmark.dev",
+        "v1alpha1",
+        kube_namespace,
+        "batchbenchmarks",
+        "halted",
+        {"spec": {"cancel": True}},
+        _content_type="application/merge-patch+json",
+    )
+    status = wait_for_phase(cluster, kube_namespace, "halted", {"Cancelled", "Failed", "Succeeded"}, 120)["status"]
+    assert status["phase"] == "Cancelled", status
+    [result] = status["results"]
+    assert result["replicas"] == 2
+    assert result["requests"]["completed"] > 0
+    report = results_report(cluster, kube_namespace, "halted")
+    assert report is not None
+    assert report.complete is False
+    # Every pod stopped: JobSet's suspended Jobs delete them, none is left running.
+    wait_for("every pod gone", lambda: not pods_of(cluster, kube_namespace, "halted"), 90)
 
 
 def test_kueue_admits_the_group_whole_or_not_at_all(

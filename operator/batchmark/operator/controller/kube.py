@@ -73,6 +73,7 @@ class Kube:
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
+        self._jobset_served = False
 
     def request(
         self,
@@ -144,13 +145,18 @@ class Kube:
                 raise
 
     def jobset_served(self) -> bool:
-        """Whether the API server serves JobSet's API (its CRD is installed); discovery needs no RBAC."""
+        """Whether the API server serves JobSet's API (its CRD is installed); discovery needs no RBAC. Once it
+        answered yes it is not asked again (as KueueApi.installed); until then, each time, so that JobSet
+        installed after the operator started is found."""
+        if self._jobset_served:
+            return True
         try:
             self.request("GET", f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}")
         except ApiException as error:
             if error.status == 404:
                 return False
             raise
+        self._jobset_served = True
         return True
 
     def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:

@@ -151,7 +151,7 @@ class Reconciler:
         """The benchmark's Job, or its JobSet above one pod (read from the API server: it has no index)."""
         if pods == 1:
             return self.children.job(namespace, name, uid)
-        found = self.kube.get_jobset(namespace, name) if self.kube.jobset_served() else None
+        found = self.kube.get_jobset(namespace, name)  # None also where JobSet's API is not served (404)
         view = JobView.from_jobset(found) if found is not None else None
         return view if view is not None and view.owner_uid == uid else None
 
@@ -300,7 +300,7 @@ class Reconciler:
             job = self.kube.get_job(namespace, name)
             if job is not None and kueue.QUEUE_NAME_LABEL not in (job["metadata"].get("labels") or {}):
                 self.kube.suspend_job(namespace, name)
-        self.refresh(namespace, name, body=body)
+        self.refresh(namespace, name)  # the resource read again, under its lock: another refresh may have moved it
 
     def forget(self, namespace: str, name: str) -> None:
         self.metrics.forget(namespace, name)
