@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,9 +30,9 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from batchmark.runner.observe.statuswriter import read_report_config_map
-from benchmarks.operator_scale import stop, wait_healthy
+from benchmarks.operator_scale import start_operator, stop
 from devtools.cluster import images
-from devtools.cluster.controlplane import ControlPlane, free_port
+from devtools.cluster.controlplane import ControlPlane
 from devtools.cluster.jobset import JobSet, locate_jobset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,20 +119,9 @@ def main() -> int:
         jobset.start()
         namespace = "starts"
         cluster.kubectl("create", "namespace", namespace)
-        metrics_port, health_port = free_port(), free_port()
         log = (Path(directory) / "operator.log").open("wb")
-        operator = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "batchmark.runner.cli", "operator", "--metrics-address", "127.0.0.1"),
-                *("--metrics-port", str(metrics_port), "--health-address", "127.0.0.1"),
-                *("--health-port", str(health_port)),
-            ],
-            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        operator, _ = start_operator(cluster, log)
         try:
-            wait_healthy(health_port)
             runs = [
                 one_start(cluster, namespace, f"fleet-{index}", args.pods, args.seconds)
                 for index in range(args.repeats)

@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from kubernetes import watch
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
@@ -379,6 +379,27 @@ def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def start_operator(cluster: ControlPlane, log: IO[bytes]) -> tuple[subprocess.Popen[bytes], int]:
+    """`batchmark operator` as a process of this machine against the cluster, once healthy; and its metrics port."""
+    metrics_port, health_port = free_port(), free_port()
+    operator = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "batchmark.runner.cli", "operator", "--metrics-address", "127.0.0.1"),
+            *("--metrics-port", str(metrics_port), "--health-address", "127.0.0.1"),
+            *("--health-port", str(health_port)),
+        ],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_healthy(health_port)
+    except BaseException:
+        stop(operator)
+        raise
+    return operator, metrics_port
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     process.send_signal(signal.SIGTERM)
     try:
@@ -406,20 +427,9 @@ def main() -> int:
         namespace = "scale"
         cluster.kubectl("create", "namespace", namespace)
         queue = kueue_queue(cluster, namespace) if args.kueue else None
-        metrics_port, health_port = free_port(), free_port()
         log = (Path(directory) / "operator.log").open("wb")
-        operator = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "batchmark.runner.cli", "operator", "--metrics-address", "127.0.0.1"),
-                *("--metrics-port", str(metrics_port), "--health-address", "127.0.0.1"),
-                *("--health-port", str(health_port)),
-            ],
-            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        operator, metrics_port = start_operator(cluster, log)
         try:
-            wait_healthy(health_port)
             recorder = Recorder(cluster, namespace)
             time.sleep(2)
             profiler = start_profiler(operator.pid, args.profile) if args.profile is not None else None

@@ -32,29 +32,23 @@ Its pod webhook only acts on exclusive placement (`alpha.jobset.sigs.k8s.io/excl
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from devtools.cluster import processes
 from devtools.cluster.controlplane import (
     CLUSTER_DIRECTORY,
     ClusterBinariesMissingError,
-    ClusterError,
     ControlPlane,
     cache_directory,
     free_port,
     pinned_version,
 )
+from devtools.cluster.manager import ManagerProcess, up_command
 from devtools.cluster.pki import make_serving_pair
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -129,28 +123,13 @@ def jobset_configuration(
 
 
 @dataclass
-class JobSet:
+class JobSet(ManagerProcess):
     """JobSet's manager running against one ControlPlane. start() installs its CRD and starts it; stop() stops
     it."""
 
-    control_plane: ControlPlane
+    name: ClassVar[str] = "jobset"
+    title: ClassVar[str] = "JobSet"
     binaries: JobSetBinaries = field(default_factory=locate_jobset)
-    health_port: int = 0
-    metrics_port: int = 0
-    _record: processes.ProcessRecord | None = None
-    _process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def directory(self) -> Path:
-        return self.control_plane.run_directory / "jobset"
-
-    @property
-    def log_file(self) -> Path:
-        return self.control_plane.layout.log_directory / "jobset.log"
-
-    @property
-    def running(self) -> bool:
-        return self._record is not None and processes.is_alive(self._record)
 
     def install_crds(self) -> None:
         install_jobset_crds(self.control_plane, self.binaries.crds)
@@ -181,36 +160,7 @@ class JobSet:
             "--zap-devel=false",
             "--zap-log-level=2",
         ]
-        self._process, self._record = processes.start_detached(
-            "jobset", command, self.log_file, self.control_plane.layout.pid_directory
-        )
-        deadline = time.monotonic() + timeout_seconds
-        while not self._ready():
-            if self._process.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-3000:]
-                self.stop()
-                raise ClusterError(f"jobset exited with status {self._process.returncode}; end of its log:\n{tail}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ClusterError(f"timed out waiting for JobSet to be ready; its log is {self.log_file}")
-            time.sleep(0.2)
-
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
-
-    def stop(self) -> None:
-        """Stop the manager (its CRD and objects stay, as after uninstalling JobSet's Deployment)."""
-        if self._record is not None:
-            processes.stop(self._record, grace_seconds=15)
-            processes.forget(self.control_plane.layout.pid_directory, self._record)
-            self._record = None
-        if self._process is not None:
-            self._process.wait(timeout=5)
-            self._process = None
+        self.launch(command, timeout_seconds)
 
 
 # Manifests of JobSet's API that tests create: complete, as its defaulting webhook would have left them.
@@ -275,23 +225,13 @@ def pod_hostname(jobset_name: str, replicated_job_name: str, job_index: int, pod
 def main(argv: Sequence[str] | None = None) -> int:
     """`up`: start JobSet against a control plane that `devtools/cluster/up` started in RUN_DIR (its `down`
     stops JobSet too)."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up", help="install JobSet's CRD and start its manager")
-    up.add_argument("--run-dir", required=True, help="the control plane's folder")
-    arguments = parser.parse_args(argv)
-    run_directory = Path(arguments.run_dir).resolve()
-    if not (run_directory / "admin.kubeconfig").exists():
-        print(f"no control plane in {run_directory}; start one with devtools/cluster/up", file=sys.stderr)
-        return 1
-    try:
-        manager = JobSet(ControlPlane(run_directory))
+
+    def start(control_plane: ControlPlane) -> JobSet:
+        manager = JobSet(control_plane)
         manager.start()
-    except ClusterError as error:
-        print(error, file=sys.stderr)
-        return 1
-    print(f"jobset {jobset_version()} ready; log: {manager.log_file}", file=sys.stderr)
-    return 0
+        return manager
+
+    return up_command(argv, main.__doc__ or "", start, jobset_version())
 
 
 if __name__ == "__main__":

@@ -10,21 +10,16 @@ admin.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from devtools.cluster import processes
 from devtools.cluster.controlplane import (
     CLUSTER_DIRECTORY,
     ClusterBinariesMissingError,
@@ -35,6 +30,7 @@ from devtools.cluster.controlplane import (
     pinned_version,
 )
 from devtools.cluster.jobset import install_jobset_crds, jobset_directory
+from devtools.cluster.manager import ManagerProcess, up_command
 from devtools.cluster.pki import make_serving_pair
 
 KUEUE_NAMESPACE = "kueue-system"
@@ -125,28 +121,13 @@ def kueue_configuration(
 
 
 @dataclass
-class Kueue:
+class Kueue(ManagerProcess):
     """Kueue running against one ControlPlane. start() installs its CRDs and starts it; stop() stops it."""
 
-    control_plane: ControlPlane
+    name: ClassVar[str] = "kueue"
+    title: ClassVar[str] = "Kueue"
     binaries: KueueBinaries = field(default_factory=locate_kueue)
-    health_port: int = 0
-    metrics_port: int = 0
-    visibility_port: int = 0
-    _record: processes.ProcessRecord | None = None
-    _process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def directory(self) -> Path:
-        return self.control_plane.run_directory / "kueue"
-
-    @property
-    def log_file(self) -> Path:
-        return self.control_plane.layout.log_directory / "kueue.log"
-
-    @property
-    def running(self) -> bool:
-        return self._record is not None and processes.is_alive(self._record)
+    visibility_port: int = field(default=0, kw_only=True)
 
     def install_crds(self) -> None:
         """Apply Kueue's CRDs (server-side: some are too large for client-side apply's annotation), and
@@ -185,19 +166,7 @@ class Kueue:
             f"--visibility-server-port={self.visibility_port}",
             "--zap-log-level=2",
         ]
-        self._process, self._record = processes.start_detached(
-            "kueue", command, self.log_file, self.control_plane.layout.pid_directory
-        )
-        deadline = time.monotonic() + timeout_seconds
-        while not self._ready():
-            if self._process.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-3000:]
-                self.stop()
-                raise ClusterError(f"kueue exited with status {self._process.returncode}; end of its log:\n{tail}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ClusterError(f"timed out waiting for Kueue to be ready; its log is {self.log_file}")
-            time.sleep(0.2)
+        deadline = self.launch(command, timeout_seconds)
         try:
             self.register_visibility_api(deadline)
         except ClusterError:
@@ -231,9 +200,7 @@ class Kueue:
                 available = next((entry for entry in conditions if entry.get("type") == "Available"), {})
                 if available.get("status") == "True":
                     break
-                if self._process is not None and self._process.poll() is not None:
-                    tail = self.log_file.read_text(errors="replace")[-3000:]
-                    raise ClusterError(f"kueue exited with status {self._process.returncode}; end of its log:\n{tail}")
+                self.check_alive()
                 if time.monotonic() > deadline:
                     raise ClusterError(
                         f"APIService {version}.{VISIBILITY_GROUP} not available: {available.get('reason')}:"
@@ -248,24 +215,12 @@ class Kueue:
         # Not checked: the control plane may be gone already, and then so are they.
         self.control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", *names, check=False)
 
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
-
     def stop(self) -> None:
         """Stop the manager and unregister its visibility API (its CRDs and objects stay, as after uninstalling
         Kueue's Deployment)."""
         if self._record is not None:
             self.unregister_visibility_api()
-            processes.stop(self._record, grace_seconds=15)
-            processes.forget(self.control_plane.layout.pid_directory, self._record)
-            self._record = None
-        if self._process is not None:
-            self._process.wait(timeout=5)
-            self._process = None
+        super().stop()
 
 
 def visibility_api_manifests(port: int, certificate: Path) -> list[dict[str, Any]]:
@@ -369,23 +324,13 @@ def workload_priority_class(name: str, value: int) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """`up`: start Kueue against a control plane that `devtools/cluster/up` started in RUN_DIR (its `down`
     stops Kueue too)."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up", help="install Kueue's CRDs and start its manager")
-    up.add_argument("--run-dir", required=True, help="the control plane's folder")
-    arguments = parser.parse_args(argv)
-    run_directory = Path(arguments.run_dir).resolve()
-    if not (run_directory / "admin.kubeconfig").exists():
-        print(f"no control plane in {run_directory}; start one with devtools/cluster/up", file=sys.stderr)
-        return 1
-    try:
-        manager = Kueue(ControlPlane(run_directory))
+
+    def start(control_plane: ControlPlane) -> Kueue:
+        manager = Kueue(control_plane)
         manager.start()
-    except ClusterError as error:
-        print(error, file=sys.stderr)
-        return 1
-    print(f"kueue {kueue_version()} ready; log: {manager.log_file}", file=sys.stderr)
-    return 0
+        return manager
+
+    return up_command(argv, main.__doc__ or "", start, kueue_version())
 
 
 if __name__ == "__main__":

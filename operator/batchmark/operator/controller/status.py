@@ -164,73 +164,70 @@ class JobView:
         spec = jobset.get("spec") or {}
         status = jobset.get("status") or {}
         replicated = status.get("replicatedJobsStatus") or []
-        complete = False
-        failed_reason = failed_message = finished_at = None
-        for condition in status.get("conditions") or []:
-            if condition.get("status") != "True":
-                continue
-            if condition.get("type") == "Completed":
-                complete, finished_at = True, condition.get("lastTransitionTime")
-            elif condition.get("type") == "Failed":
-                failed_reason = condition.get("reason") or "Failed"
-                failed_message = condition.get("message")
-                finished_at = condition.get("lastTransitionTime")
+        ending = _ending(status.get("conditions") or [], "Completed", None)
         members = sum(int(job.get("replicas") or 0) for job in spec.get("replicatedJobs") or [])
         return cls(
-            name=metadata.get("name", ""),
-            created=str(metadata.get("creationTimestamp") or ""),
+            **_identity(metadata),
+            **ending,
             active=sum(int(job.get("active") or 0) for job in replicated),
             succeeded=sum(int(job.get("succeeded") or 0) for job in replicated),
             failed=sum(int(job.get("failed") or 0) for job in replicated),
             suspended=bool(spec.get("suspend")),
             started=str(metadata.get("creationTimestamp") or "") or None,
             backoff_limit=int((spec.get("failurePolicy") or {}).get("maxRestarts") or 0),
-            complete=complete,
-            failed_reason=failed_reason,
-            failed_message=failed_message,
-            completion_time=str(finished_at) if finished_at else None,
-            uid=str(metadata.get("uid") or ""),
-            queue_name=(metadata.get("labels") or {}).get(QUEUE_NAME_LABEL),
-            owner_uid=controller_uid(metadata),
             members=max(members, 1),
             restarts=int(status.get("restarts") or 0),
-            failed_member=_first_failed_member(failed_message),
+            failed_member=_first_failed_member(ending["failed_message"]),
         )
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> JobView:
         metadata = job.get("metadata") or {}
         status = job.get("status") or {}
-        complete = False
-        failed_reason = failed_message = None
-        finished_at = status.get("completionTime")
-        for condition in status.get("conditions") or []:
-            if condition.get("status") != "True":
-                continue
-            if condition.get("type") == "Complete":
-                complete = True
-                finished_at = finished_at or condition.get("lastTransitionTime")
-            elif condition.get("type") == "Failed":
-                failed_reason = condition.get("reason") or "Failed"
-                failed_message = condition.get("message")
-                finished_at = finished_at or condition.get("lastTransitionTime")
         return cls(
-            name=metadata.get("name", ""),
-            created=str(metadata.get("creationTimestamp") or ""),
+            **_identity(metadata),
+            **_ending(status.get("conditions") or [], "Complete", status.get("completionTime")),
             active=int(status.get("active") or 0),
             succeeded=int(status.get("succeeded") or 0),
             failed=int(status.get("failed") or 0),
             suspended=bool((job.get("spec") or {}).get("suspend")),
             started=str(status.get("startTime") or "") or None,
             backoff_limit=int((job.get("spec") or {}).get("backoffLimit") or 0),
-            complete=complete,
-            failed_reason=failed_reason,
-            failed_message=failed_message,
-            completion_time=str(finished_at) if finished_at else None,
-            uid=str(metadata.get("uid") or ""),
-            queue_name=(metadata.get("labels") or {}).get(QUEUE_NAME_LABEL),
-            owner_uid=controller_uid(metadata),
         )
+
+
+def _identity(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A Job's (or JobSet's) fields of JobView from its metadata."""
+    return {
+        "name": metadata.get("name", ""),
+        "created": str(metadata.get("creationTimestamp") or ""),
+        "uid": str(metadata.get("uid") or ""),
+        "queue_name": (metadata.get("labels") or {}).get(QUEUE_NAME_LABEL),
+        "owner_uid": controller_uid(metadata),
+    }
+
+
+def _ending(conditions: Sequence[Mapping[str, Any]], complete_type: str, finished_at: Any) -> dict[str, Any]:
+    """How a Job (complete_type Complete) or a JobSet (Completed) ended, from its true conditions; ``finished_at``:
+    its own completion time, where it gives one (else the condition's)."""
+    complete = False
+    failed_reason = failed_message = None
+    for condition in conditions:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == complete_type:
+            complete = True
+            finished_at = finished_at or condition.get("lastTransitionTime")
+        elif condition.get("type") == "Failed":
+            failed_reason = condition.get("reason") or "Failed"
+            failed_message = condition.get("message")
+            finished_at = finished_at or condition.get("lastTransitionTime")
+    return {
+        "complete": complete,
+        "failed_reason": failed_reason,
+        "failed_message": failed_message,
+        "completion_time": str(finished_at) if finished_at else None,
+    }
 
 
 # JobSet's message when it fails names the Job that failed first, `... (first failed job: <jobset>-<rjob>-<index>)`.
