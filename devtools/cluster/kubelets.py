@@ -244,8 +244,29 @@ def _run_is_gone(claim: dict[str, Any]) -> bool:
     return not any(processes.is_alive(record) for record in processes.read_records(pid_directory))
 
 
+# Where containerd's CNI code, and podman's, bind-mount each pod's (container's) network namespace. Each makes the
+# folder a shared mount point of its own the first time it finds it is none, by bind-mounting it onto itself
+# recursively. Done while the other's namespaces are mounted there (on a freshly booted machine: a podman build
+# while a cluster's pods run), that copies them into the new mount and hides the originals, which can then never
+# be unmounted through their path: containerd cannot remove the pod's sandbox ("failed to remove netns: unlinkat
+# /run/netns/cni-...: device or resource busy") and the pod stays Terminating for ever.
+NETNS_DIRECTORY = Path("/run/netns")
+
+
+def share_network_namespaces() -> None:
+    """Make NETNS_DIRECTORY a shared mount point before any node starts (once per boot; then neither containerd nor
+    podman remounts it)."""
+    NETNS_DIRECTORY.mkdir(parents=True, exist_ok=True)
+    mount_points = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    if str(NETNS_DIRECTORY) not in mount_points:
+        _run(["mount", "--bind", str(NETNS_DIRECTORY), str(NETNS_DIRECTORY)])
+    _run(["mount", "--make-shared", str(NETNS_DIRECTORY)])
+
+
 def allocate_pod_network(run_directory: Path, iptables: Path) -> PodNetwork:
-    """Create the bridge of the first free network number, taking back those of runs that are gone."""
+    """Create the bridge of the first free network number, taking back those of runs that are gone (and, first,
+    make the network namespaces' folder a shared mount point: ``share_network_namespaces``)."""
+    share_network_namespaces()
     NETWORK_RECORDS.mkdir(parents=True, exist_ok=True)
     for number in range(256):
         network = PodNetwork(number)
