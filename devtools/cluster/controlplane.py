@@ -475,22 +475,24 @@ class ControlPlane:
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure.
 
-        A GET whose answer (or whose TLS handshake) does not come within the timeout is asked once more, as the
-        Kubernetes clients retry an idempotent read: a loaded machine can stall the API server for that long."""
+        A loaded machine can stall the API server past the timeout (its etcd waiting on a disk busy importing an
+        image). A request whose TLS handshake did not complete within it was never sent, so any of them is sent
+        once more; a GET whose answer did not come is asked once more too, as the Kubernetes clients retry an
+        idempotent read (a write whose answer did not come may have been done, and is not)."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", content_type)
-        attempts = 2 if method == "GET" else 1
-        for attempt in range(1, attempts + 1):
+        for attempt in (1, 2):
             try:
                 with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as answer:
                     payload = answer.read()
                 break
             except (TimeoutError, urllib.error.URLError) as error:
                 # urlopen wraps a timeout while connecting (the handshake) in a URLError; one while reading is bare.
-                timed_out = isinstance(error, TimeoutError) or isinstance(error.reason, TimeoutError)
-                if attempt == attempts or not timed_out:
+                unsent = isinstance(error, urllib.error.URLError) and isinstance(error.reason, TimeoutError)
+                unanswered_read = isinstance(error, TimeoutError) and method == "GET"
+                if attempt == 2 or not (unsent or unanswered_read):
                     raise
         return json.loads(payload) if payload.startswith(b"{") else payload.decode()
 

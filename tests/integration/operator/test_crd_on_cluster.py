@@ -167,6 +167,7 @@ OPTIONAL: dict[str, Any] = {
     "metrics": {"port": 9000},
     "repeats": 3,
     "dataVolume": {"configMap": "prompts"},
+    "parallelism": {"replicas": 2},
 }
 # The required fields, each with another valid value.
 REQUIRED_CHANGED: dict[str, Any] = {

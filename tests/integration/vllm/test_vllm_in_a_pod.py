@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client import CoreV1Api
+from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner.observe.statuswriter import read_report_config_map
 from devtools.cluster.volumes import bind_local_volume
@@ -186,6 +188,31 @@ def running_with_results(cluster: KubeCluster, name: str, engine_cpus: set[froze
     wait_for(f"vLLM's model workers on {engine_cpus}", placed, 60)
 
 
+def replicas_that_served(cluster: KubeCluster, name: str, port: int) -> set[str]:
+    """The engine replicas with measured successful requests, from the runner's live /metrics (its pod's address)."""
+    pods = (
+        CoreV1Api(cluster.api_client())
+        .list_namespaced_pod(NAMESPACE, label_selector=f"batchmark.dev/benchmark={name}")
+        .items
+    )
+    served: set[str] = set()
+    for pod in pods:
+        address = pod.status.pod_ip if pod.status is not None else None
+        if not address:
+            continue
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=5) as answer:
+                text = answer.read().decode()
+        except OSError:
+            continue
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == "batchmark_requests_total" and labels.get("outcome") == "success" and sample.value:
+                    served.add(labels["replica"])
+    return served
+
+
 def long_run() -> dict[str, Any]:
     return spec(profile={"kind": "constant", "rate": 5}, constraints=[{"kind": "max_duration", "seconds": 600}])
 
@@ -202,8 +229,14 @@ def test_cancelling_a_running_benchmark_of_two_engine_replicas_writes_their_resu
     body["profile"] = {"kind": "constant", "rate": 1}
     body["backend"] = {**body["backend"], "replicas": 2}
     body["resources"] = {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "1", "memory": "3Gi"}}
+    body["metrics"] = {"enabled": True, "port": 8000, "lingerSeconds": 0}
     apply(cluster, "cancelled", body)
     running_with_results(cluster, "cancelled", {frozenset({0}), frozenset({1})})
+    # Both serve before the cancel: the first request a replica gets may take seconds (its first steps).
+    both = {"0", "1"}
+    wait_for(
+        "both replicas to complete requests", lambda: replicas_that_served(cluster, "cancelled", 8000) == both, 180
+    )
     patched = cluster.kubectl(
         "patch", "bb", "cancelled", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"cancel":true}}'
     )
