@@ -476,9 +476,10 @@ class ControlPlane:
         """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure.
 
         A loaded machine can stall the API server past the timeout (its etcd waiting on a disk busy importing an
-        image). A request whose TLS handshake did not complete within it was never sent, so any of them is sent
-        once more; a GET whose answer did not come is asked once more too, as the Kubernetes clients retry an
-        idempotent read (a write whose answer did not come may have been done, and is not)."""
+        image). A request that timed out before it was sent whole (connecting, the TLS handshake: urlopen wraps
+        those in a URLError) cannot have been done, so any of them is sent once more; a GET whose answer did not
+        come is asked once more too, as the Kubernetes clients retry an idempotent read (a write whose answer did
+        not come may have been done, and is not)."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:

@@ -1,4 +1,5 @@
-"""The control plane's admin requests: a GET that timed out, reading or shaking hands, is asked once more."""
+"""The control plane's admin requests: a GET that timed out, reading or shaking hands, is asked once more; a write
+only when it was never sent."""
 
 from __future__ import annotations
 
@@ -62,8 +63,22 @@ def test_a_get_is_asked_twice_at_most_and_other_failures_not_again(monkeypatch: 
     assert asked == ["GET"]
 
 
-def test_a_write_that_timed_out_is_never_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    plane, asked = plane_answering(monkeypatch, [urllib.error.URLError(TimeoutError("handshake"))])
-    with pytest.raises(urllib.error.URLError):
+def test_a_write_whose_answer_timed_out_is_never_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its answer did not come: it may have been done."""
+    plane, asked = plane_answering(monkeypatch, [TimeoutError("timed out")])
+    with pytest.raises(TimeoutError):
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": "n"}})
     assert asked == ["POST"]
+
+
+def test_a_write_never_sent_is_sent_once_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """urlopen wraps a timeout before the request was sent whole (connecting, the TLS handshake, sending) in a
+    URLError: the API server cannot have done it."""
+    plane, asked = plane_answering(monkeypatch, [urllib.error.URLError(TimeoutError("handshake"))])
+    answer: Any = plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": "n"}})
+    assert answer == {"kind": "Pod"}
+    assert asked == ["POST", "POST"]
+    plane, asked = plane_answering(monkeypatch, [urllib.error.URLError(TimeoutError("handshake"))] * 2)
+    with pytest.raises(urllib.error.URLError):
+        plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": "n"}})
+    assert asked == ["POST", "POST"]
