@@ -47,9 +47,11 @@ def test_replicas_over_three_pods_sum_over_one_window_and_scale(
     batchmark_operator: InstalledOperator, jobset: JobSet, kube_namespace: str
 ) -> None:
     cluster = batchmark_operator.cluster
-    apply(cluster, kube_namespace, fleet("three", 3))
-    apply(cluster, kube_namespace, fleet("one", 1))
-    apply(cluster, kube_namespace, fleet("pairs", 4, per_pod=2))
+    # 20 s each: the common window is what the pods' start skew leaves of their own, and on a loaded machine the
+    # engines' pace varies over time; a longer window holds more of the same pace as each pod's own.
+    apply(cluster, kube_namespace, fleet("three", 3, seconds=20))
+    apply(cluster, kube_namespace, fleet("one", 1, seconds=20))
+    apply(cluster, kube_namespace, fleet("pairs", 4, per_pod=2, seconds=20))
     statuses = {
         name: wait_for_phase(cluster, kube_namespace, name, {"Succeeded", "Failed"}, 240)["status"]
         for name in ("three", "one", "pairs")
