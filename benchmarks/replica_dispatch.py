@@ -23,7 +23,7 @@ import statistics
 from typing import Any
 
 from batchmark.runner.config.run import RunConfig
-from batchmark.runner.run.benchmark import BenchmarkRunner
+from benchmarks.runner_speed import measure_run
 
 MODES: dict[str, dict[str, Any]] = {
     "zero-cost": {"time_scale": 0.0, "batch_size": 256, "concurrency": 1024, "requests": 100_000},
@@ -54,13 +54,7 @@ def config(mode: dict[str, Any], replicas: int) -> RunConfig:
 
 def measure(mode: dict[str, Any], replicas: int) -> tuple[float, float]:
     """Requests/s of the run, and the engines' mean utilisation."""
-    runner = BenchmarkRunner(config(mode, replicas))
-    runner.start()
-    try:
-        [result] = runner.run().benchmarks
-    finally:
-        runner.close()
-    return result.throughput.requests_per_second, result.engine_utilization
+    return measure_run(config(mode, replicas))
 
 
 def main() -> None:

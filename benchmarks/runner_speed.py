@@ -39,7 +39,12 @@ def config(time_scale: float, requests: int) -> RunConfig:
 
 
 def measure(time_scale: float, requests: int) -> tuple[float, float]:
-    runner = BenchmarkRunner(config(time_scale, requests))
+    return measure_run(config(time_scale, requests))
+
+
+def measure_run(run: RunConfig) -> tuple[float, float]:
+    """Requests/s of a run of one benchmark, and the engines' mean utilisation."""
+    runner = BenchmarkRunner(run)
     runner.start()
     try:
         [result] = runner.run().benchmarks
