@@ -31,6 +31,10 @@ RELEASE = "batchmark"
 # Its own namespace: the chart's admission policy keeps the operator's Jobs out of it, so benchmarks go elsewhere.
 RELEASE_NAMESPACE = "batchmark-system"
 COMPONENT = "app.kubernetes.io/component=operator"
+# How long the chart's liveness probe gives /healthz: an answer within it is a live operator's.
+LIVENESS_TIMEOUT_SECONDS = float(
+    yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["operator"]["livenessProbe"]["timeoutSeconds"]
+)
 # What every install of the tests sets: the CRD is applied beforehand (see above).
 SESSION_VALUES: dict[str, Any] = {"crd": {"install": False}}
 
@@ -152,7 +156,7 @@ class InstalledOperator:
             return False
         try:
             url = f"http://{status['podIP']}:{self.health_port}/healthz"
-            with urllib.request.urlopen(url, timeout=2) as response:
+            with urllib.request.urlopen(url, timeout=LIVENESS_TIMEOUT_SECONDS) as response:
                 return bool(response.status == 200)
         except OSError:
             return False
