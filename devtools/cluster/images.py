@@ -97,9 +97,9 @@ def podman(*arguments: str, timeout: float = 900) -> subprocess.CompletedProcess
     )
 
 
-def build_inputs() -> tuple[str, str, str]:
-    """The locally made base image, the wheelhouse and the CPU runner's wheelhouse; ImageBuildError when
-    scripts/setup/images.sh has not run."""
+def build_inputs() -> tuple[str, str, str, str]:
+    """The locally made base image, the wheelhouse, the CPU runner's wheelhouse and its base image (with a C++
+    compiler); ImageBuildError when scripts/setup/images.sh has not run."""
     if shutil.which("podman") is None:
         raise ImageBuildError("podman is not installed: run scripts/setup/images.sh (scripts/test does)")
     located = subprocess.run(
@@ -107,8 +107,8 @@ def build_inputs() -> tuple[str, str, str]:
     )
     if located.returncode != 0:
         raise ImageBuildError(located.stderr.strip())
-    base, wheelhouse, cpu_wheelhouse = located.stdout.split()
-    return base, wheelhouse, cpu_wheelhouse
+    base, wheelhouse, cpu_wheelhouse, cpu_base = located.stdout.split()
+    return base, wheelhouse, cpu_wheelhouse, cpu_base
 
 
 def built_archive(target: str) -> Path:
@@ -148,7 +148,9 @@ def build(target: str) -> str:
 
 
 def _build(target: str) -> str:
-    base, wheelhouse, cpu_wheelhouse = build_inputs()
+    base, wheelhouse, cpu_wheelhouse, cpu_base = build_inputs()
+    if target == "runner-cpu":
+        base = cpu_base
     tag = TAGS[target]
     built = podman(
         "build",
