@@ -56,6 +56,13 @@ ENV_MEMBER: Final = "BATCHMARK_MEMBER_INDEX"
 ENV_MEMBERS: Final = "BATCHMARK_MEMBERS"
 ENV_LEADER: Final = "BATCHMARK_LEADER"
 MEMBER_REPORT_PORT: Final = 8471
+# Set as well where each engine replica spans several pods (spec.parallelism.nodesPerReplica): how many, and how
+# any member's stable name is made from its index (``{member}`` in it). Members i..i+n-1 are the n nodes of one
+# engine, member i its node rank 0: it runs the benchmark and vLLM's engine, whose rendezvous listens on
+# ENGINE_RENDEZVOUS_PORT; the others run only vLLM's workers (batchmark.runner.engines.engine_nodes).
+ENV_ENGINE_NODES: Final = "BATCHMARK_ENGINE_NODES"
+ENV_MEMBER_ADDRESS: Final = "BATCHMARK_MEMBER_ADDRESS"
+ENGINE_RENDEZVOUS_PORT: Final = 29501
 
 # Set by the operator where spec.dataVolume is mounted: a relative data.path is read from under it, so the same
 # spec (path: prompts.jsonl) runs on a laptop (from the working folder) and in the pod.

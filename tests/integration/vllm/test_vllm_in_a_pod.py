@@ -22,6 +22,7 @@ from kubernetes.client import CoreV1Api
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner.observe.statuswriter import read_report_config_map
+from devtools.cluster.jobset import JobSet, locate_jobset
 from devtools.cluster.volumes import bind_local_volume
 from tests.cluster_fixtures import KubeCluster, load_project_image, load_saved_image, start_container_cluster
 from tests.integration.operator.conftest import benchmark, kubectl_apply, wait_for_phase, with_the_crd
@@ -154,6 +155,69 @@ def test_a_real_vllm_sweep_with_repeats_on_cpu_runs_in_a_pod_and_matches_the_sam
         (b["swept"], b["requests"], b["tokens"]) for b in measured
     ]
     assert report["engine"]["version"] == local["engine"]["version"]
+
+
+@pytest.fixture(scope="module")
+def cpu_jobset(cpu_cluster: InstalledOperator) -> Iterator[JobSet]:
+    """JobSet's controller on the CPU node's control plane, for the benchmarks over several pods."""
+    manager = JobSet(cpu_cluster.cluster, locate_jobset())
+    try:
+        manager.start()
+        yield manager
+    finally:
+        manager.stop()
+
+
+def test_one_real_vllm_engine_over_two_pods_of_a_jobset_serves_a_benchmark(
+    cpu_cluster: InstalledOperator, cpu_jobset: JobSet
+) -> None:
+    """nodesPerReplica 2: tensor parallel 2 across the JobSet's two pods, vLLM's multiprocessing executor over
+    nodes (node 0 runs the benchmark, node 1 only its worker), real tokens, and node 1's pod ends with the engine."""
+    cluster = cpu_cluster.cluster
+    body = spec(parallelism={"nodesPerReplica": 2})
+    body["backend"]["vllmConfig"]["tensor_parallel_size"] = 2
+    # Both pods on the one 2-core node: half a CPU each is requested, one of quota each.
+    body["resources"] = {"limits": {"cpu": "1", "memory": "6Gi"}, "requests": {"cpu": "500m", "memory": "2Gi"}}
+    apply(cluster, "two-nodes", body)
+    core = CoreV1Api(cluster.api_client())
+    try:
+        found = wait_for_phase(cluster, NAMESPACE, "two-nodes", {"Succeeded", "Failed"}, timeout_seconds=300)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{pod_logs(core, 'two-nodes')}") from None
+    status = found["status"]
+    assert status["phase"] == "Succeeded", f"{status}\n{pod_logs(core, 'two-nodes')}"
+
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector="batchmark.dev/benchmark=two-nodes").to_dict()["items"]
+    names = sorted(pod["metadata"]["name"].rsplit("-", 1)[0] for pod in pods)  # less the Job's random suffix
+    assert names == ["two-nodes-runner-0-0", "two-nodes-runner-1-0"]
+    assert {pod["status"]["phase"] for pod in pods} == {"Succeeded"}
+    [other] = [pod["metadata"]["name"] for pod in pods if pod["metadata"]["name"].startswith("two-nodes-runner-1-0")]
+    log = core.read_namespaced_pod_log(other, NAMESPACE)
+    assert "node 1 of 2 of the engine at two-nodes-runner-0-0.two-nodes:29501: this pod runs its vLLM workers" in log
+    assert "node 1 of 2: the engine ended (two-nodes-runner-0-0.two-nodes:29501 stopped answering)" in log
+
+    [result] = status["results"]
+    assert result["requests"]["completed"] == REQUESTS
+    report = results_report(cluster, status)
+    details = report["engine"]["details"]
+    assert (details["engine_nodes"], details["rendezvous"]) == (2, "two-nodes-runner-0-0.two-nodes:29501")
+    [measured] = report["benchmarks"]
+    assert measured["requests"] == {"completed": REQUESTS, "errored": 0, "incomplete": 0, "excluded": 0}
+    assert measured["tokens"]["output"] == REQUESTS * OUTPUT_TOKENS
+
+
+def pod_logs(core: CoreV1Api, benchmark_name: str) -> str:
+    """The end of each of the benchmark's pods' logs, for a failure's message."""
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"batchmark.dev/benchmark={benchmark_name}")
+    logs = []
+    for pod in pods.to_dict()["items"]:
+        name = pod["metadata"]["name"]
+        try:
+            text = core.read_namespaced_pod_log(name, NAMESPACE, tail_lines=40)
+        except Exception as error:  # a pod not started yet has no log
+            text = f"(no log: {error})"
+        logs.append(f"--- {name} ({pod['status']['phase']}) ---\n{text}")
+    return "\n".join(logs)
 
 
 def engine_processes_gone(within: float) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from batchmark.operator.controller.children import Owner, job
+from batchmark.operator.controller.children import Owner, job, workload
 from batchmark.operator.resource.api import BatchBenchmarkSpec
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
@@ -83,3 +83,15 @@ def test_the_first_example_is_a_one_load_batch_size_sweep_with_a_budget_and_a_pr
     assert spec.model_cache is None
     pod = job(Owner("ns", "x", "uid"), spec)["spec"]["template"]["spec"]
     assert not any("persistentVolumeClaim" in volume for volume in pod["volumes"])
+
+
+def test_the_two_node_example_is_one_engine_over_a_jobset_of_two_8_gpu_pods() -> None:
+    (document,) = benchmarks(EXAMPLES[0].parent / "llama-405b-two-nodes.yaml")
+    spec = BatchBenchmarkSpec.model_validate(document["spec"])
+    assert (spec.pods, spec.engine_nodes) == (2, 2)
+    manifest = workload(Owner("ns", "x", "uid"), spec)
+    assert manifest["kind"] == "JobSet"
+    [replicated] = manifest["spec"]["replicatedJobs"]
+    assert replicated["replicas"] == 2
+    [container] = replicated["template"]["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"  # TP 8 x PP 2 over the two nodes

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from batchmark.operator.controller import children
 from batchmark.operator.controller.jobset import JOB_INDEX_LABEL, JOBSET_UID_LABEL
-from batchmark.operator.controller.reconcile import _describe, _replicas_of
+from batchmark.operator.controller.reconcile import _describe, _pods_of, _replicas_of
 from batchmark.operator.controller.status import JobView, Observation, PodView, build_status
 from batchmark.operator.resource.status import Phase, Reason
 from batchmark.runner import contract
@@ -93,6 +93,76 @@ def test_replicas_over_several_pods_are_one_jobset_all_or_nothing() -> None:
     assert {"name": "member-reports", "containerPort": contract.MEMBER_REPORT_PORT, "protocol": "TCP"} in container[
         "ports"
     ]
+
+
+def test_an_engine_over_several_pods_is_refused_where_it_cannot_work() -> None:
+    tp2 = {**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": 2}}
+    assert "spec.parallelism.nodesPerReplica" in refusal(parallelism={"nodesPerReplica": 17}, backend=tp2)
+    packed = refusal(parallelism={"replicas": 2, "replicasPerPod": 2, "nodesPerReplica": 2}, backend=tp2)
+    assert "nodesPerReplica (2) spans each replica over several pods" in packed
+    assert "leave replicasPerPod 1" in packed
+    simulated = refusal(parallelism={"nodesPerReplica": 2}, backend={**tp2, "engine": "simulated"})
+    assert "spec.parallelism.nodesPerReplica (2): engine simulated runs in one pod" in simulated
+    uneven = refusal(parallelism={"nodesPerReplica": 2}, backend=BENCHMARK["backend"])
+    assert "spec.parallelism.nodesPerReplica (2) does not divide tensor_parallel_size x pipeline_parallel_size (1)" in (
+        uneven
+    )
+    ours = refusal(
+        parallelism={"nodesPerReplica": 2},
+        backend={**tp2, "vllmConfig": {"tensor_parallel_size": 2, "master_addr": "elsewhere"}},
+    )
+    assert "spec.backend.vllmConfig.master_addr: with spec.parallelism.nodesPerReplica (2)" in ours
+    ray = refusal(
+        parallelism={"nodesPerReplica": 2},
+        backend={**tp2, "vllmConfig": {"tensor_parallel_size": 2, "distributed_executor_backend": "ray"}},
+    )
+    assert "spec.backend.vllmConfig.distributed_executor_backend: 'ray' with spec.parallelism.nodesPerReplica" in ray
+    reloads = refusal(parallelism={"nodesPerReplica": 2}, backend=tp2, sweep={"vllmConfig": {"max_num_seqs": [8, 16]}})
+    assert "spec.sweep.vllm_config.max_num_seqs: a sweep that reloads the engine cannot run with" in reloads
+    few = refusal(
+        parallelism={"nodesPerReplica": 2},
+        backend={**tp2, "vllmConfig": {"tensor_parallel_size": 8, "pipeline_parallel_size": 2}},
+        resources={"limits": {"nvidia.com/gpu": 4}},
+    )
+    assert "(4) is too few for one pod of an engine over 2 pods" in few
+    assert "give 8" in few
+    # A sweep that leaves the engine alone is fine.
+    assert spec(parallelism={"nodesPerReplica": 2}, backend=tp2, sweep={"batchSize": [4, 8]}).pods == 2
+
+
+def test_an_engine_over_two_pods_is_a_jobset_whose_pods_know_their_place_in_it() -> None:
+    backend = {**BENCHMARK["backend"], "vllmConfig": {"tensor_parallel_size": 8, "pipeline_parallel_size": 2}}
+    two_nodes = spec(parallelism={"replicas": 2, "nodesPerReplica": 2}, backend=backend)
+    assert (two_nodes.pods, two_nodes.engine_nodes) == (4, 2)
+    assert two_nodes.run_config("qwen3").backend.replicas == 1
+    manifest = children.workload(OWNER, two_nodes)
+    assert manifest["kind"] == "JobSet"
+    [replicated] = manifest["spec"]["replicatedJobs"]
+    assert replicated["replicas"] == 4  # a Job of one pod for each node of each replica
+    [container] = replicated["template"]["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"  # TP 8 x PP 2 over 2 nodes
+    env = {variable["name"]: variable for variable in container["env"]}
+    assert env[contract.ENV_MEMBERS]["value"] == "4"
+    assert env[contract.ENV_ENGINE_NODES]["value"] == "2"
+    assert env[contract.ENV_MEMBER_ADDRESS]["value"] == "qwen3-runner-{member}-0.qwen3"
+    assert env["VLLM_HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports["engine-nodes"] == contract.ENGINE_RENDEZVOUS_PORT
+    # Without nodesPerReplica, none of it.
+    fleet = children.workload(OWNER, spec(parallelism={"replicas": 2}))
+    [replicated] = fleet["spec"]["replicatedJobs"]
+    [container] = replicated["template"]["spec"]["template"]["spec"]["containers"]
+    assert not {contract.ENV_ENGINE_NODES, contract.ENV_MEMBER_ADDRESS} & {
+        variable["name"] for variable in container["env"]
+    }
+
+
+def test_the_pods_of_a_stored_spec_count_each_engine_s_nodes() -> None:
+    assert _pods_of({}) == 1
+    assert _pods_of({"parallelism": {"replicas": 6, "replicasPerPod": 2}}) == 3
+    assert _pods_of({"parallelism": {"replicas": 2, "nodesPerReplica": 2}}) == 4
+    assert _pods_of({"parallelism": {"replicas": 3, "replicasPerPod": 2}}) == 1  # refused: one pod, no JobSet
+    assert _pods_of({"parallelism": {"nodesPerReplica": "two"}}) == 1
 
 
 def jobset(**status: Any) -> JobView:

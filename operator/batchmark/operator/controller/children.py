@@ -25,9 +25,12 @@ from batchmark.runner.contract import (
     CONFIG_DIRECTORY,
     CONFIG_KEY,
     CONFIG_PATH,
+    ENGINE_RENDEZVOUS_PORT,
     ENV_DATA_DIRECTORY,
+    ENV_ENGINE_NODES,
     ENV_LEADER,
     ENV_MEMBER,
+    ENV_MEMBER_ADDRESS,
     ENV_MEMBERS,
     ENV_NAME,
     ENV_NAMESPACE,
@@ -146,9 +149,8 @@ def role_binding(owner: Owner) -> dict[str, Any]:
 
 def gpu_count(spec: BatchBenchmarkSpec) -> int:
     """GPUs one pod's engines need: per replica, vLLM's tensor_parallel_size x pipeline_parallel_size of
-    vllmConfig, times the pod's replicas; none on cpu."""
-    gpus = engine_entry(spec.backend.engine).pod.gpus(spec.backend.vllm_config, "spec.backend.vllmConfig")
-    return 0 if spec.device == "cpu" else gpus * spec.pod_replicas
+    vllmConfig (over the pods one replica spans), times the pod's replicas; none on cpu."""
+    return 0 if spec.device == "cpu" else spec.replica_gpus * spec.pod_replicas
 
 
 def workload(
@@ -223,9 +225,14 @@ def jobset(
 
 
 def leader_address(owner: Owner) -> str:
-    """Pod 0's stable name, as the other pods of the JobSet resolve it: the Indexed Job's pod hostname
+    """Pod 0's stable name, as the other pods of the JobSet resolve it."""
+    return member_address(owner, "0")
+
+
+def member_address(owner: Owner, member: str) -> str:
+    """A member pod's stable name, as the other pods of the JobSet resolve it: the Indexed Job's pod hostname
     `<job>-<pod index>` under the JobSet's headless Service (named as the JobSet), in the pods' own namespace."""
-    return f"{owner.name}-{REPLICATED_JOB}-0-0.{owner.name}"
+    return f"{owner.name}-{REPLICATED_JOB}-{member}-0.{owner.name}"
 
 
 def _job_spec(owner: Owner, spec: BatchBenchmarkSpec, identity: RunnerIdentity, members: int = 1) -> dict[str, Any]:
@@ -241,6 +248,14 @@ def _job_spec(owner: Owner, spec: BatchBenchmarkSpec, identity: RunnerIdentity, 
             {"name": ENV_LEADER, "value": leader_address(owner)},
         ]
         ports.append({"name": "member-reports", "containerPort": MEMBER_REPORT_PORT, "protocol": "TCP"})
+    if spec.engine_nodes > 1:
+        env += [
+            {"name": ENV_ENGINE_NODES, "value": str(spec.engine_nodes)},
+            {"name": ENV_MEMBER_ADDRESS, "value": member_address(owner, "{member}")},
+            # vLLM's workers bind their queues and gloo pairs to it, and tell the other nodes to reach them there.
+            {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ]
+        ports.append({"name": "engine-nodes", "containerPort": ENGINE_RENDEZVOUS_PORT, "protocol": "TCP"})
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
         "image": spec.image or (DEFAULT_CPU_IMAGE if spec.device == "cpu" else DEFAULT_IMAGE),

@@ -371,9 +371,10 @@ def _pods_of(spec: Mapping[str, Any]) -> int:
     try:
         replicas = int(parallelism.get("replicas") or 1)
         per_pod = int(parallelism.get("replicasPerPod") or 1)
+        nodes = int(parallelism.get("nodesPerReplica") or 1)
     except (TypeError, ValueError):
         return 1
-    return replicas // per_pod if per_pod > 0 and replicas % per_pod == 0 else 1
+    return replicas // per_pod * max(nodes, 1) if per_pod > 0 and replicas % per_pod == 0 else 1
 
 
 def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:

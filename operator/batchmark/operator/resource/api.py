@@ -200,6 +200,10 @@ class StartTimeouts(ApiModel):
 # The most pods one benchmark may span: a JobSet of this many single-pod Jobs (a fleet of 16 nodes of 8 GPUs
 # at one replica a pod is 128).
 MAX_PODS = 256
+# Pods one engine may span: vLLM's documented multi-node engines span 2 to 4 nodes; far above that is a typo.
+MAX_NODES_PER_REPLICA = 16
+# The vLLM settings of an engine across pods that the runner derives from each pod's place in it.
+ENGINE_NODE_SETTINGS = ("nnodes", "node_rank", "master_addr", "master_port", "data_parallel_size")
 
 
 class Parallelism(ApiModel):
@@ -227,6 +231,17 @@ class Parallelism(ApiModel):
         " evenly among them, tensor_parallel_size x pipeline_parallel_size each (on cpu, its CPUs). It must divide"
         " replicas.",
     )
+    nodes_per_replica: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NODES_PER_REPLICA,
+        strict=True,
+        description="Pods (nodes) one engine replica spans, with vLLM's multiprocessing executor across nodes"
+        " (engine vllm only): the first pod of each replica runs the benchmark and its vLLM engine (node rank 0,"
+        " the rendezvous), the others only that engine's workers (vLLM's headless nodes). tensor_parallel_size x"
+        " pipeline_parallel_size is the engine's GPUs over all its pods, so it must be a multiple of this;"
+        " replicasPerPod must then be 1.",
+    )
 
     @model_validator(mode="after")
     def _whole_pods(self) -> Parallelism:
@@ -235,16 +250,22 @@ class Parallelism(ApiModel):
                 f"replicasPerPod ({self.replicas_per_pod}) does not divide replicas ({self.replicas}):"
                 " every pod runs the same number of replicas"
             )
+        if self.nodes_per_replica > 1 and self.replicas_per_pod > 1:
+            raise ValueError(
+                f"nodesPerReplica ({self.nodes_per_replica}) spans each replica over several pods, so a pod holds"
+                f" part of one replica, not replicasPerPod ({self.replicas_per_pod}) of them: leave replicasPerPod 1"
+            )
         if self.pods > MAX_PODS:
             raise ValueError(
-                f"replicas / replicasPerPod is {self.pods} pods, above the {MAX_PODS} one benchmark may span;"
-                " put more replicas in each pod"
+                f"{self.pods} pods (replicas / replicasPerPod x nodesPerReplica) is above the {MAX_PODS} one"
+                " benchmark may span; put more replicas in each pod"
             )
         return self
 
     @property
     def pods(self) -> int:
-        return self.replicas // self.replicas_per_pod
+        """Pods in all: the replicas' pods, each replica's nodes one pod each."""
+        return self.replicas // self.replicas_per_pod * self.nodes_per_replica
 
 
 # --- the resource -------------------------------------------------------------------------------------------
@@ -397,17 +418,75 @@ class BatchBenchmarkSpec(ApiModel):
                 f"spec.sweep.replicas goes up to {max(swept)}, above spec.parallelism.replicasPerPod"
                 f" ({self.pod_replicas}): a pod has devices for that many replicas at most"
             )
-        per_replica = engine_entry(self.backend.engine).pod.gpus(self.backend.vllm_config, "spec.backend.vllmConfig")
+        self._check_engine_nodes()
+        per_replica = self.replica_gpus
         given = self.resources.limits if self.resources is not None else None
         gpus = str((given or {}).get(GPU_RESOURCE, ""))
         if per_replica and self.device != "cpu" and gpus.isdigit() and int(gpus) < per_replica * self.pod_replicas:
+            what = (
+                f"one pod of an engine over {self.engine_nodes} pods, tensor_parallel_size x pipeline_parallel_size"
+                f" / nodesPerReplica ({per_replica}) GPUs"
+                if self.engine_nodes > 1
+                else f"spec.parallelism.replicasPerPod ({self.pod_replicas}) replicas of tensor_parallel_size x"
+                f" pipeline_parallel_size ({per_replica}) GPUs each"
+            )
             raise ValueError(
-                f"spec.resources.limits.{GPU_RESOURCE} ({gpus}) is too few for spec.parallelism.replicasPerPod"
-                f" ({self.pod_replicas}) replicas of tensor_parallel_size x pipeline_parallel_size ({per_replica})"
-                f" GPUs each: give {per_replica * self.pod_replicas}, or leave it out for the operator to ask for"
-                " as many"
+                f"spec.resources.limits.{GPU_RESOURCE} ({gpus}) is too few for {what}: give"
+                f" {per_replica * self.pod_replicas}, or leave it out for the operator to ask for as many"
             )
         return self
+
+    def _check_engine_nodes(self) -> None:
+        """An engine over several pods: vLLM's, on its multiprocessing executor, loaded once, its GPUs a whole
+        number per pod."""
+        nodes = self.engine_nodes
+        if nodes == 1:
+            return
+        where = "spec.parallelism.nodesPerReplica"
+        if engine_entry(self.backend.engine).node_args is None:
+            raise ValueError(
+                f"{where} ({nodes}): engine {self.backend.engine} runs in one pod (only vllm spans several), so"
+                " nodes would mean nothing: use replicas for more engines"
+            )
+        settings = self.backend.vllm_config or {}
+        derived = [name for name in ENGINE_NODE_SETTINGS if name in settings]
+        if derived:
+            raise ValueError(
+                f"spec.backend.vllmConfig.{derived[0]}: with {where} ({nodes}) each pod's runner sets vLLM's"
+                f" {', '.join(ENGINE_NODE_SETTINGS)} from its place in the engine: leave them out"
+            )
+        executor = settings.get("distributed_executor_backend", "mp")
+        if executor != "mp":
+            raise ValueError(
+                f"spec.backend.vllmConfig.distributed_executor_backend: {executor!r} with {where} ({nodes}); an"
+                " engine over several pods runs on vLLM's multiprocessing executor across nodes ('mp', nnodes):"
+                " leave it out or give 'mp'"
+            )
+        ranks = engine_entry(self.backend.engine).pod.gpus(settings, "spec.backend.vllmConfig")
+        if ranks % nodes:
+            raise ValueError(
+                f"{where} ({nodes}) does not divide tensor_parallel_size x pipeline_parallel_size ({ranks}) of"
+                " spec.backend.vllmConfig: every pod of the engine holds as many of its ranks (its GPUs)"
+            )
+        reloading = self.sweep.reloading_fields() if self.sweep is not None else []
+        if reloading:
+            raise ValueError(
+                f"spec.sweep.{reloading[0]}: a sweep that reloads the engine cannot run with {where} ({nodes}):"
+                " the other pods' vLLM workers join one engine load; sweep the settings that leave the engine"
+                " alone, or run one benchmark per value"
+            )
+
+    @property
+    def engine_nodes(self) -> int:
+        """Pods each engine replica spans (its nodes)."""
+        return self.parallelism.nodes_per_replica if self.parallelism is not None else 1
+
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs of one replica in one pod: tensor_parallel_size x pipeline_parallel_size of vllmConfig, over the
+        pods it spans."""
+        ranks = engine_entry(self.backend.engine).pod.gpus(self.backend.vllm_config, "spec.backend.vllmConfig")
+        return ranks // self.engine_nodes
 
     @property
     def pod_replicas(self) -> int:

@@ -19,7 +19,9 @@ from batchmark.runner.data.records import DataError
 from batchmark.runner.dispatch.process_group import engine_processes, leftover_engines_warning
 from batchmark.runner.dispatch.replica_devices import DeviceSplitError
 from batchmark.runner.engines.engine_args import EngineArgumentError
+from batchmark.runner.engines.engine_nodes import EngineNodes, EngineNodesError, serve_engine_node
 from batchmark.runner.engines.entry import EngineUnavailable
+from batchmark.runner.engines.registry import engine_entry
 from batchmark.runner.engines.request_format import RequestFormatError
 from batchmark.runner.lifecycle.shutdown import Shutdown
 from batchmark.runner.observe.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
@@ -41,6 +43,18 @@ def run_command(
     except UsageError as error:
         print_error(console, "run", str(error))
         return EXIT_USAGE
+    served = _serve_engine_node(console, config, shutdown)
+    return served if served is not None else _run(console, args, config, extra_observers, shutdown)
+
+
+def _run(
+    console: Console,
+    args: argparse.Namespace,
+    config: RunConfig,
+    extra_observers: Sequence[RunObserver],
+    shutdown: Shutdown,
+) -> int:
+    """Every benchmark of the config, its outputs, the push and the linger: the exit code."""
     observers: list[RunObserver] = [ConsoleObserver(console, show_progress=not args.quiet), *extra_observers]
     try:
         runner = BenchmarkRunner(config, observers, stop=shutdown.stop)
@@ -93,6 +107,33 @@ def run_command(
     # A signal at any moment, even after the results were written, means the process did not do all it was
     # asked (a push or the linger may have been cut short).
     return shutdown.exit_code or code
+
+
+def _serve_engine_node(console: Console, config: RunConfig, shutdown: Shutdown) -> int | None:
+    """In a pod that holds only workers of an engine over several pods, their run's exit code (node rank 0's pod
+    runs the benchmark); None in any other pod."""
+    try:
+        nodes = EngineNodes.from_environment()
+    except EngineNodesError as error:
+        print_error(console, "run", str(error))
+        return EXIT_USAGE
+    if nodes is None or nodes.rank == 0:
+        return None
+    print_plain(
+        console,
+        f"node {nodes.rank} of {nodes.count} of the engine at {nodes.rendezvous}: this pod runs its vLLM workers;"
+        " that node's pod runs the benchmark",
+    )
+    node_args = engine_entry(config.backend.engine).node_args
+    if node_args is None:
+        print_error(console, "run", f"--backend: engine {config.backend.engine} cannot span several pods")
+        return EXIT_USAGE
+    outcome = serve_engine_node(nodes, node_args(config.backend, nodes), shutdown.stop)
+    if outcome.code == 0:
+        print_plain(console, outcome.message)
+    else:
+        print_error(console, "run", outcome.message)
+    return shutdown.exit_code or outcome.code
 
 
 def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report: RunReport) -> int:

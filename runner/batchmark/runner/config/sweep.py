@@ -141,6 +141,10 @@ class SweepConfig(ConfigModel):
             axes.append(("batch_size", batch_size_candidates(self.batch_size_search.min, self.batch_size_search.max)))
         return axes
 
+    def reloading_fields(self) -> list[str]:
+        """The swept fields whose values need a new engine each."""
+        return [name for name, _ in self.axes() if reloads_engine(name)]
+
     def points(self) -> list[dict[str, Any]]:
         """Every combination of the swept values, in run order."""
         combinations: list[dict[str, Any]] = [{}]

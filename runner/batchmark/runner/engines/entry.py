@@ -13,6 +13,7 @@ from typing import Any
 
 from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.engines.base import Engine
+from batchmark.runner.engines.engine_nodes import EngineNodes
 from batchmark.runner.engines.tokens import Tokens
 
 
@@ -56,3 +57,6 @@ class EngineEntry:
     count_tokens: Callable[[BackendConfig, list[int]], Tokens]
     # The device's name as the config gives it, for a report whose engine never loaded (None: only the load knows).
     configured_device: Callable[[BackendConfig], str | None]
+    # An engine that spans several pods (spec.parallelism.nodesPerReplica): the keywords of a node that holds only
+    # its workers (engine_nodes.serve_engine_node). None: the engine runs in one pod.
+    node_args: Callable[[BackendConfig, EngineNodes], dict[str, Any]] | None = None

@@ -46,6 +46,7 @@ from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines import cpu_budget
 from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
 from batchmark.runner.engines.core_watch import watch_engine_core
+from batchmark.runner.engines.engine_nodes import EngineNodes
 from batchmark.runner.engines.entry import EngineEntry, EngineUnavailable, PodNeeds
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.request_format import ChatPromptBuilder, parse_request_format
@@ -61,15 +62,43 @@ def engine_args(config: BackendConfig) -> dict[str, Any]:
     return {"disable_log_stats": True, **config.engine_args()}
 
 
+def node_engine_args(config: BackendConfig) -> dict[str, Any]:
+    """``engine_args``, with this pod's part of an engine over several pods where the operator said so."""
+    args = engine_args(config)
+    nodes = EngineNodes.from_environment()
+    return nodes.engine_args(args) if nodes is not None else args
+
+
+def headless_node_args(config: BackendConfig, nodes: EngineNodes) -> dict[str, Any]:
+    """vLLM's keywords for a node of an engine over several pods that holds only workers, its CPUs bound as node
+    rank 0's are."""
+    args = nodes.engine_args(engine_args(config))
+    if _vllm_runs_on_cpu():
+        bind_to_the_cpu_quota(args)
+    return args
+
+
 def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
     # Read the format before loading anything: a missing template file fails in milliseconds, not after the load.
     request_format = parse_request_format(config.request_format)
     import vllm  # noqa: PLC0415 - imported only in the engine's process
     from vllm.inputs import TokensPrompt  # noqa: PLC0415
 
-    args = engine_args(config)
-    placement = _bound_to_the_cpu_quota(args) if _vllm_runs_on_cpu() else {}
-    llm = vllm.LLM(**args)
+    args = node_engine_args(config)
+    placement = bind_to_the_cpu_quota(args) if _vllm_runs_on_cpu() else {}
+    if "nnodes" in args:
+        placement |= {"engine_nodes": args["nnodes"], "rendezvous": f"{args['master_addr']}:{args['master_port']}"}
+    try:
+        llm = vllm.LLM(**args)
+    except Exception as error:
+        if "nnodes" not in args:
+            raise
+        # vLLM says only that its engine core failed; the likeliest cause across pods is one that never came.
+        raise RuntimeError(
+            f"{error} (the engine spans {args['nnodes']} pods: the others' vLLM workers must join its rendezvous at"
+            f" {args['master_addr']}:{args['master_port']} within distributed_timeout_seconds,"
+            f" {args['distributed_timeout_seconds']} s)"
+        ) from error
     drop_stat_loggers(llm.llm_engine)
     watch = watch_engine_core(llm.llm_engine.engine_core)
 
@@ -221,11 +250,12 @@ def check_vllm_available(config: BackendConfig) -> None:
         )
 
 
-def _bound_to_the_cpu_quota(args: Mapping[str, Any]) -> dict[str, Any]:
+def bind_to_the_cpu_quota(args: Mapping[str, Any]) -> dict[str, Any]:
     """On a CPU: vLLM's compute threads bound within the container's CPU quota (cpu_budget), set in this process's
     environment, which vLLM's engine processes inherit; what was decided, for the engine's details."""
     budget = cpu_budget.current_budget()
-    ranks = parallel_gpus(args, "backend.vllm_config")  # tensor x pipeline parallel: a rank per GPU on GPUs
+    # Tensor x pipeline parallel ranks (one per GPU on GPUs), those of this node where the engine spans several.
+    ranks = parallel_gpus(args, "backend.vllm_config") // int(args.get("nnodes", 1))
     binding = cpu_budget.threads_bind(budget, os.environ, ranks)
     if binding is not None:
         os.environ[cpu_budget.THREADS_BIND] = binding
@@ -312,4 +342,5 @@ VLLM = EngineEntry(
     load=load_vllm_engine,
     count_tokens=_model_tokens,
     configured_device=lambda backend: None,
+    node_args=headless_node_args,
 )

@@ -38,8 +38,11 @@ SEND_RETRY_SECONDS = 1.0
 class ReportGatherer:
     """Pod 0's side: an HTTP server taking the other pods' reports, from its construction to ``close``."""
 
-    def __init__(self, members: int, port: int = MEMBER_REPORT_PORT, host: str = "0.0.0.0") -> None:
+    def __init__(self, members: int, port: int = MEMBER_REPORT_PORT, host: str = "0.0.0.0", step: int = 1) -> None:
+        """``members`` pods in all, of which every ``step``-th reports (where each engine spans ``step`` pods, its
+        first pod runs the benchmark and the others only its workers)."""
         self.members = members
+        self.expected = reporting_members(members, step)[1:]
         self._reports: dict[int, RunReport] = {}
         self._condition = threading.Condition()
         gatherer = self
@@ -68,8 +71,8 @@ class ReportGatherer:
         if match is None:
             return 404, "PUT /reports/<index>\n"
         index = int(match.group(1))
-        if not 0 < index < self.members:
-            return 400, f"index {index} is not a member's: 1..{self.members - 1}\n"
+        if index not in self.expected:
+            return 400, f"index {index} is not a reporting member's: {', '.join(map(str, self.expected))}\n"
         try:
             size = int(length or "")
         except ValueError:
@@ -89,7 +92,7 @@ class ReportGatherer:
         """The reports of the other pods, by index: all of them, or those that came within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         with self._condition:
-            while len(self._reports) < self.members - 1:
+            while len(self._reports) < len(self.expected):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -99,6 +102,11 @@ class ReportGatherer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def reporting_members(members: int, step: int = 1) -> range:
+    """The members that run a benchmark and report, pod 0 first: every ``step``-th (each engine's node rank 0)."""
+    return range(0, members, step)
 
 
 def send_report(leader: str, index: int, report: RunReport, timeout: float, port: int = MEMBER_REPORT_PORT) -> bool:

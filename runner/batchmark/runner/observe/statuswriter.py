@@ -43,6 +43,7 @@ from typing import Any, cast
 
 from batchmark.runner.contract import (
     COMPRESSED_REPORT_KEY,
+    ENV_ENGINE_NODES,
     ENV_LEADER,
     ENV_MEMBER,
     ENV_MEMBERS,
@@ -63,7 +64,7 @@ from batchmark.runner.contract import (
 )
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.engines.registry import engine_summary
-from batchmark.runner.observe.members import ReportGatherer, send_report
+from batchmark.runner.observe.members import ReportGatherer, reporting_members, send_report
 from batchmark.runner.results.merge import MergeError, merge_reports
 from batchmark.runner.results.report import RunReport
 from batchmark.runner.results.summary import engine_status, run_summary, termination_message
@@ -99,6 +100,12 @@ class StatusTarget:
     member: int = 0  # this pod's index among the benchmark's pods
     members: int = 1  # the benchmark's pods
     leader: str | None = None  # pod 0's stable name, where the others send their reports
+    engine_nodes: int = 1  # pods each engine spans: only the first of each runs a benchmark and reports
+
+    @property
+    def reporting(self) -> range:
+        """The pods that run the benchmark and report, this one among them (pod 0 first)."""
+        return reporting_members(self.members, self.engine_nodes)
 
     @property
     def writes_status(self) -> bool:
@@ -122,6 +129,7 @@ class StatusTarget:
             termination_message_path=Path(termination) if termination else None,
             member=member,
             members=members,
+            engine_nodes=int(environ.get(ENV_ENGINE_NODES) or 1),
             leader=environ.get(ENV_LEADER) or None,
         )
 
@@ -267,10 +275,12 @@ class StatusWriter(RunObserver):
         self._thread = threading.Thread(target=self._send_loop, name="batchmark-status", daemon=True)
         self._thread.start()
         self._gatherer: ReportGatherer | None = None
-        if target.members > 1 and target.writes_status:
+        if len(target.reporting) > 1 and target.writes_status:
             # From the start: a pod whose run was short sends its report while pod 0 still runs.
             try:
-                self._gatherer = ReportGatherer(target.members, port=member_address[1], host=member_address[0])
+                self._gatherer = ReportGatherer(
+                    target.members, port=member_address[1], host=member_address[0], step=target.engine_nodes
+                )
             except OSError as error:
                 log.warning("cannot take the other pods' reports (port in use?): %s", error)
 
@@ -300,7 +310,7 @@ class StatusWriter(RunObserver):
     def on_run_end(self, report: RunReport) -> None:
         self.close()
         self._write_termination_message(report)
-        if self.target.members > 1:
+        if len(self.target.reporting) > 1:
             self._create_results_config_map(report, str(self.target.results_config_map or ""))
             wait = self.member_waits[0] if report.complete else self.member_waits[1]
             if not self.target.writes_status:
@@ -324,7 +334,7 @@ class StatusWriter(RunObserver):
         others = self._gatherer.wait(wait) if self._gatherer is not None else {}
         if self._gatherer is not None:
             self._gatherer.close()
-        missing = [str(index) for index in range(1, self.target.members) if index not in others]
+        missing = [str(index) for index in self.target.reporting[1:] if index not in others]
         if missing:
             log.warning(
                 "no report from pod(s) %s of %d: the benchmark's results are not written (each pod's own are in its"

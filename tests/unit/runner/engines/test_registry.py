@@ -30,7 +30,9 @@ def test_every_entry_is_complete(name: str) -> None:
     entry = ENGINES[name]
     assert entry.name == name
     for field in fields(entry):
-        assert getattr(entry, field.name) is not None or field.name == "banner", field.name
+        assert getattr(entry, field.name) is not None or field.name in ("banner", "node_args"), field.name
+    # An engine over several pods is a real one's; a simulated engine models one process.
+    assert entry.node_args is None or not entry.simulated
     assert entry.settings in BackendConfig.model_fields
     assert entry.loaded_label
     # A simulated engine says so above its results; a measuring one has nothing to warn of.

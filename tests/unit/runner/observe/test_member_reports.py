@@ -7,6 +7,7 @@ import gzip
 import threading
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -130,3 +131,31 @@ def test_pod_0_refuses_what_is_not_another_pods_report() -> None:
         assert gatherer.wait(1.0) == {1: report}
     finally:
         gatherer.close()
+
+
+def test_where_engines_span_pods_only_each_engine_s_node_0_reports() -> None:
+    two_engines = replace(target(0, 4), engine_nodes=2)  # members 0 and 2 run the benchmark; 1 and 3 are workers
+    assert list(two_engines.reporting) == [0, 2]
+    leader_api = CreatingApi()
+    leader = StatusWriter(two_engines, api_factory=lambda: leader_api, member_address=LOCAL)
+    assert leader._gatherer is not None
+    port = leader._gatherer.port
+    for worker in (1, 3):  # a worker pod's index is no report's
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/reports/{worker}", data=gzip.compress(b"{}"), method="PUT"
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 400
+    assert send_report("127.0.0.1", 2, run(1001.0, 10, 400, [0.1], "run2"), 30.0, port)
+    leader.on_run_end(run(1000.0, 10, 400, [0.1], "run0"))
+    assert leader_api.config_maps == ["bb-runner-0-0-abcde-results", "bb-runner-0-0-abcde-results-merged"]
+    assert leader_api.status_patches[-1]["results"][0]["replicas"] == 2
+    # One engine over two pods: its node 0 is the only pod that reports, and writes its results as a single pod's.
+    one_engine = replace(target(0, 2), engine_nodes=2)
+    api = CreatingApi()
+    alone = StatusWriter(one_engine, api_factory=lambda: api, member_address=LOCAL)
+    assert alone._gatherer is None
+    alone.on_run_end(run(1000.0, 10, 400, [0.1], "run0"))
+    assert api.config_maps == ["bb-runner-0-0-abcde-results"]
+    assert api.status_patches[-1]["runId"] == "run0"
