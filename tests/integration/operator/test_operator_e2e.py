@@ -233,7 +233,8 @@ def test_manifest_output_runs_to_succeeded(batchmark_operator: InstalledOperator
     assert result.returncode == 0, result.stderr
     job = wait_for(
         "the Job",
-        lambda: json.loads(cluster.kubectl("get", "jobs", "-n", kube_namespace, "-o", "json").stdout)["items"],
+        # None until the operator made it: an empty list would end the wait at once.
+        lambda: json.loads(cluster.kubectl("get", "jobs", "-n", kube_namespace, "-o", "json").stdout)["items"] or None,
     )
     command = job[0]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--metrics-linger") + 1] == "0.0"
