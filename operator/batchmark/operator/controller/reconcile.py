@@ -35,7 +35,13 @@ from batchmark.operator.controller.positions import QueuePosition, QueuePosition
 from batchmark.operator.controller.status import JobView, Observation, PodView, StatusUpdate, build_status
 from batchmark.operator.controller.watched import ApiChildren, Children
 from batchmark.operator.controller.workers import ControllerThreads
-from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults, StartBounds, StartTimeouts
+from batchmark.operator.resource.api import (
+    BatchBenchmarkSpec,
+    OperatorDefaults,
+    Parallelism,
+    StartBounds,
+    StartTimeouts,
+)
 from batchmark.operator.resource.status import FINISHED_PHASES, Phase, Reason
 from batchmark.runner.contract import OPERATOR_FALLBACK_FIELDS, OPERATOR_STATUS_FIELDS, check_status_writes
 from batchmark.runner.statusfields import headline, parse_summary
@@ -367,14 +373,10 @@ def _replicas_of(spec: Mapping[str, Any]) -> int | None:
 
 def _pods_of(spec: Mapping[str, Any]) -> int:
     """The pods a stored spec runs in at once (its JobSet's, above 1); 1 for a spec the model would refuse."""
-    parallelism = spec.get("parallelism") or {}
     try:
-        replicas = int(parallelism.get("replicas") or 1)
-        per_pod = int(parallelism.get("replicasPerPod") or 1)
-        nodes = int(parallelism.get("nodesPerReplica") or 1)
-    except (TypeError, ValueError):
+        return Parallelism.model_validate(spec.get("parallelism") or {}).pods
+    except ValidationError:
         return 1
-    return replicas // per_pod * max(nodes, 1) if per_pod > 0 and replicas % per_pod == 0 else 1
 
 
 def _results_from_termination_messages(pods: list[PodView]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from batchmark.runner.contract import (
     ENV_MEMBER_ADDRESS,
     EXIT_ENGINE_FAILED,
 )
+from batchmark.runner.lifecycle.exitstatus import describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -179,15 +180,11 @@ def serve_engine_node(
                 )
         return NodeOutcome(
             EXIT_ENGINE_FAILED,
-            f"node {nodes.rank} of {nodes.count}: vLLM's workers on this pod ended ({_ending(process.returncode)})"
-            " while the engine ran",
+            f"node {nodes.rank} of {nodes.count}: vLLM's workers on this pod ended"
+            f" ({describe_exit(process.returncode)}) while the engine ran",
         )
     finally:
         _stop(process)
-
-
-def _ending(code: int) -> str:
-    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
