@@ -41,6 +41,8 @@ CLUSTER_DIRECTORY = Path(__file__).resolve().parent
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+# Each waits 10 s (client-go's TLS handshake timeout): a minute in all for a stalled API server.
+REQUEST_ATTEMPTS = 6
 
 
 class ClusterError(RuntimeError):
@@ -476,15 +478,16 @@ class ControlPlane:
         """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure.
 
         A loaded machine can stall the API server past the timeout (its etcd waiting on a disk busy importing an
-        image). A request that timed out before it was sent whole (connecting, the TLS handshake: urlopen wraps
-        those in a URLError) cannot have been done, so any of them is sent once more; a GET whose answer did not
-        come is asked once more too, as the Kubernetes clients retry an idempotent read (a write whose answer did
-        not come may have been done, and is not)."""
+        image; CI saw its TLS handshakes stall for over 20 s). A request that timed out before it was sent whole
+        (connecting, the TLS handshake: urlopen wraps those in a URLError) cannot have been done, so it is sent
+        again, up to REQUEST_ATTEMPTS times; a GET whose answer did not come is asked again too, as the
+        Kubernetes clients retry an idempotent read (a write whose answer did not come may have been done, and
+        is not)."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", content_type)
-        for attempt in (1, 2):
+        for attempt in range(1, REQUEST_ATTEMPTS + 1):
             try:
                 with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as answer:
                     payload = answer.read()
@@ -493,7 +496,7 @@ class ControlPlane:
                 # urlopen wraps a timeout while connecting (the handshake) in a URLError; one while reading is bare.
                 unsent = isinstance(error, urllib.error.URLError) and isinstance(error.reason, TimeoutError)
                 unanswered_read = isinstance(error, TimeoutError) and method == "GET"
-                if attempt == 2 or not (unsent or unanswered_read):
+                if attempt == REQUEST_ATTEMPTS or not (unsent or unanswered_read):
                     raise
         return json.loads(payload) if payload.startswith(b"{") else payload.decode()
 
