@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchmark.runner import __version__
-from batchmark.runner.commands import compare, merge, report, run
+from batchmark.runner.commands import compare, history, merge, report, run
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
 from batchmark.runner.config.base import MAX_REPEATS, MAX_SWEEP_BENCHMARKS
 from batchmark.runner.config.sweep import MAX_SWEEP_FIELDS
@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="COUNT",
         help="GPUs the engine occupies, for the cost (default: tensor_parallel_size x pipeline_parallel_size)",
     )
+    run.add_argument(
+        "--store",
+        metavar="FOLDER",
+        help="keep the run in this results store beyond the run (a folder, or a file:// URL): its results, HTML "
+        "report, config and fingerprint under runs/MODEL/HARDWARE/DATE/, listed by `batchmark history`",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar or banner; the summary only")
     run.add_argument(
         "--metrics-port",
@@ -147,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write the merged result to PATH (.json, .yaml, .csv, or .html; repeatable)",
     )
+    history.add_history_parser(commands)
     # Commands of other parts (the operator's crd, manifest, ...), registered by entry point: they set `handler`.
     for entry_point in importlib.metadata.entry_points(group="batchmark.commands"):
         entry_point.load()(commands)
@@ -170,6 +177,8 @@ def main(argv: Sequence[str] | None = None, shutdown: Shutdown | None = None) ->
             code = compare.compare_command(args)
         elif args.command == "merge":
             code = merge.merge_command(args)
+        elif args.command == "history":
+            code = history.history_command(args)
         elif (handler := getattr(args, "handler", None)) is not None:
             code = handler(args)
         else:

@@ -380,6 +380,16 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
         lambda t: run_args(extra=["--gpu-cost-per-hour", "2", "--gpus", "1000000000000000000000"]),
         ["--gpus"],
     ),
+    "store in S3": (
+        lambda t: run_args(extra=["--store", "s3://bucket/x"]),
+        ["--store", "s3:// stores are not supported"],
+    ),
+    "store that is a file": (
+        lambda t: run_args(extra=["--store", str(write(t / "f", "x"))]),
+        ["--store", "is not a folder"],
+    ),
+    "store under /proc": (lambda t: run_args(extra=["--store", "/proc/runs"]), ["--store", "/proc/runs", "cannot"]),
+    "store named by nothing": (lambda t: run_args(extra=["--store", " "]), ["--store", "names no folder"]),
 }
 
 

@@ -80,6 +80,8 @@ CASES: dict[str, list[str]] = {
         "--quiet",
         "--metrics-address",
         "0.0.0.0",
+        "--store",
+        "results",
     ],
     "a config file": ["--config", "{config}"],
     "a config file with overrides": [
@@ -96,7 +98,7 @@ CASES: dict[str, list[str]] = {
     ],
 }
 # Options of `run` that `manifest` leaves out: they have no meaning in a pod (docs/running.md, `batchmark manifest`).
-LOCAL_ONLY = {"--output", "--quiet", "--metrics-address"}
+LOCAL_ONLY = {"--output", "--quiet", "--metrics-address", "--store"}
 
 
 def arguments(case: str, tmp_path: Path) -> list[str]:
@@ -136,7 +138,8 @@ def test_manifest_of_a_run_command_line_runs_the_same_benchmark_in_the_pod(
     assert isinstance(metadata, dict)
     assert metadata["name"] == laptop.name
     spec = OperatorDefaults().apply(BatchBenchmarkSpec.model_validate(document["spec"]))
-    expected = laptop.model_copy(update={"outputs": []})  # files on the laptop; the pod writes its ConfigMap
+    # Files and a store folder on the laptop; the pod writes its ConfigMap.
+    expected = laptop.model_copy(update={"outputs": [], "store": None})
     assert spec.run_config(metadata["name"]) == expected
     in_pod, pod_args = pod_config(spec, metadata["name"], tmp_path)
     assert in_pod == expected

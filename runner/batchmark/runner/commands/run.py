@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ from rich.console import Console
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
 from batchmark.runner.config.load import UsageError, load_config
 from batchmark.runner.config.run import RunConfig
+from batchmark.runner.config.store import store_folder
 from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.data.records import DataError
 from batchmark.runner.dispatch.process_group import engine_processes, leftover_engines_warning
@@ -24,13 +24,21 @@ from batchmark.runner.engines.entry import EngineUnavailable
 from batchmark.runner.engines.registry import engine_entry
 from batchmark.runner.engines.request_format import RequestFormatError
 from batchmark.runner.lifecycle.shutdown import Shutdown
-from batchmark.runner.observe.console import ConsoleObserver, print_error, print_plain, print_summary, print_warning
+from batchmark.runner.observe.console import (
+    ConsoleObserver,
+    output_console,
+    print_error,
+    print_plain,
+    print_summary,
+    print_warning,
+)
 from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer
 from batchmark.runner.observe.pushgateway import PushOutcome, push_results, run_succeeded
 from batchmark.runner.results.outputs import write_reports
 from batchmark.runner.results.report import RunReport
 from batchmark.runner.run.benchmark import BenchmarkRunner
 from batchmark.runner.run.events import RunObserver
+from batchmark.runner.store.folder import FolderStore, StoreError
 
 
 def run_command(
@@ -139,20 +147,28 @@ def _serve_engine_node(console: Console, config: RunConfig, shutdown: Shutdown) 
 def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report: RunReport) -> int:
     """Write every output, print the summary; the exit code for what happened."""
     failed_outputs = write_reports(report, [Path(output) for output in config.outputs])
-    # Off a terminal rich assumes 80 columns and truncates the tables' cells; files and pipes get room.
-    summary_console = Console()
-    if not summary_console.is_terminal and "COLUMNS" not in os.environ:
-        summary_console = Console(width=140)
-    print_summary(summary_console, report)
+    print_summary(output_console(), report)
     for output in config.outputs:
         if Path(output) in failed_outputs:
             print_error(console, "run", f"could not write {output}: {failed_outputs[Path(output)]}")
         else:
             print_plain(console, f"wrote {output}")
+    stored = config.store is None or _store(console, config.store, report)
     if runner.failure is not None:
         print_error(console, "run", runner.failure)  # it says "the engine failed…" itself
         return EXIT_ENGINE_FAILED
-    return EXIT_OUTPUT_FAILED if failed_outputs else 0
+    return EXIT_OUTPUT_FAILED if failed_outputs or not stored else 0
+
+
+def _store(console: Console, store: str, report: RunReport) -> bool:
+    """Keep the run in the results store; whether it was (a failure is said, and costs no other output)."""
+    try:
+        entry = FolderStore(store_folder(store)).put(report)
+    except StoreError as error:
+        print_error(console, "run", f"--store: {error}; the results files are unaffected")
+        return False
+    print_plain(console, f"stored run {entry.run_id} in {store} ({entry.folder})")
+    return True
 
 
 def _push(console: Console, shutdown: Shutdown, gateway: str, name: str, report: RunReport | None) -> None:

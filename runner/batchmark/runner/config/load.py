@@ -14,10 +14,11 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 
-from batchmark.runner.config.output_paths import output_problem
+from batchmark.runner.config.output_paths import output_problem, store_problem
 from batchmark.runner.config.run import UNION_TAGS, RunConfig
 from batchmark.runner.config.safeload import UnusableFile, read_document
 from batchmark.runner.config.spec import SpecError, parse_spec, parse_sweep
+from batchmark.runner.config.store import store_folder
 from batchmark.runner.lifecycle.start_method import mp_context_name
 
 # Deeper nesting than this in a config is a mistake, and far deeper would exhaust Python's recursion limit.
@@ -34,6 +35,7 @@ _OPTION_OF_FIELD = {
     "slo": "--slo",
     "cost": "--gpu-cost-per-hour",
     "repeats": "--repeats",
+    "store": "--store",
 }
 
 # Fields inside a section that have an option of their own.
@@ -69,6 +71,8 @@ def load_config(args: argparse.Namespace) -> RunConfig:
         merged["sample_requests"] = args.sample_requests
     if getattr(args, "repeats", None) is not None:
         merged["repeats"] = args.repeats
+    if getattr(args, "store", None) is not None:
+        merged["store"] = args.store
     swept_on_the_command_line: set[str] = set()
     for text in getattr(args, "sweep", None) or []:
         try:
@@ -95,16 +99,24 @@ def load_config(args: argparse.Namespace) -> RunConfig:
         config = RunConfig.model_validate(merged)
     except ValidationError as error:
         raise UsageError(describe_validation_error(error)) from None
-    inputs = [args.config] if args.config else []
-    for output in config.outputs:
-        problem = output_problem(Path(output), inputs)
-        if problem is not None:
-            raise UsageError(f"--output: {output}: {problem}")
+    _check_writable(config, [args.config] if args.config else [])
     try:
         mp_context_name()
     except ValueError as error:
         raise UsageError(str(error)) from None
     return config
+
+
+def _check_writable(config: RunConfig, inputs: list[Path]) -> None:
+    """Every output file and the store can be written, found before any work is done."""
+    for output in config.outputs:
+        problem = output_problem(Path(output), inputs)
+        if problem is not None:
+            raise UsageError(f"--output: {output}: {problem}")
+    if config.store is not None:
+        problem = store_problem(store_folder(config.store))
+        if problem is not None:
+            raise UsageError(f"--store: {config.store}: {problem}")
 
 
 def _swept_fields(sweep: dict[str, Any]) -> list[str]:

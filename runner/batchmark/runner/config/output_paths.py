@@ -31,6 +31,23 @@ def output_problem(path: Path, inputs: Sequence[Path] = ()) -> str | None:
     return None
 
 
+def store_problem(folder: Path) -> str | None:
+    """Why runs cannot be stored in ``folder`` (made on the first run), found before any work; None when they can."""
+    if folder.exists() and not folder.is_dir():
+        return "is not a folder"
+    ancestor = folder.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a folder"
+    try:
+        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".batchmark-store.", suffix=".probe"):
+            pass
+    except OSError as error:
+        return f"cannot create files in {ancestor}: {error.strerror or error}"
+    return None
+
+
 def _same_file(first: Path, second: Path) -> bool:
     try:
         return first.exists() and second.exists() and first.samefile(second)

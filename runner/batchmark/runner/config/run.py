@@ -21,6 +21,7 @@ from batchmark.runner.config.cost import CostConfig
 from batchmark.runner.config.data import DataConfig
 from batchmark.runner.config.profiles import ProfileConfig, SweepProfileConfig, TransientPhaseConfig
 from batchmark.runner.config.slo import engine_timed_targets, parse_slo_name
+from batchmark.runner.config.store import store_folder
 from batchmark.runner.config.sweep import SweepConfig, apply_overrides
 
 
@@ -101,6 +102,20 @@ class RunConfig(ConfigModel):
         " order of points is shuffled with the data seed; figures are then reported as mean, 95% confidence"
         f" interval and spread. At most {MAX_BENCHMARKS} benchmarks in all, repeats included.",
     )
+
+    store: str | None = Field(
+        default=None,
+        description="A results store to keep the run in beyond the run: a folder (a path or a file:// URL; on a"
+        " cluster, a mounted volume). Each run goes in whole (results, HTML report, config, fingerprint) under"
+        " runs/MODEL/HARDWARE/DATE/, with an index entry that `batchmark history` reads (null: none).",
+    )
+
+    @field_validator("store")
+    @classmethod
+    def _store_is_a_folder(cls, store: str | None) -> str | None:
+        if store is not None:
+            store_folder(store)
+        return store
 
     @field_validator("name", mode="before")
     @classmethod

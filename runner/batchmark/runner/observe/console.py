@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
@@ -43,6 +44,15 @@ def print_error(console: Console, command: str, message: str, label: str = "erro
     console.print(
         Text.assemble((f"batchmark {command}: {label}:", style), " ", message), highlight=False, soft_wrap=True
     )
+
+
+def output_console() -> Console:
+    """The console for tables on stdout. Off a terminal rich assumes 80 columns and truncates the tables' cells;
+    files and pipes get room."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=140)
+    return console
 
 
 def print_warning(console: Console, command: str, message: str) -> None:

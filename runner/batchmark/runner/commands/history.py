@@ -1,0 +1,232 @@
+"""``batchmark history``: the runs kept in a results store, filtered, as a table, JSON or CSV."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import fnmatch
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from batchmark.runner.config.load import UsageError
+from batchmark.runner.config.output_paths import output_problem
+from batchmark.runner.config.store import store_folder
+from batchmark.runner.contract import EXIT_USAGE
+from batchmark.runner.observe.console import output_console, print_error, print_plain, print_warning
+from batchmark.runner.results.outputs import write_atomically
+from batchmark.runner.store.entries import StoredRun
+from batchmark.runner.store.folder import FolderStore, StoreError
+
+FORMATS = ("table", "json", "csv")
+# The columns of --format csv (the fingerprint's whole workload is in --format json).
+CSV_COLUMNS = (
+    "created_at",
+    "run_id",
+    "name",
+    "model",
+    "engine",
+    "simulated",
+    "engine_version",
+    "batchmark_version",
+    "gpu_name",
+    "gpus",
+    "complete",
+    "benchmarks",
+    "repeats",
+    "strategy",
+    "output_tokens_per_second",
+    "output_tokens_per_second_low",
+    "output_tokens_per_second_high",
+    "requests_per_second",
+    "fingerprint",
+    "folder",
+)
+# Glob filters: option name, and what it matches in an entry.
+_GLOBS: dict[str, Callable[[StoredRun], str | None]] = {
+    "model": lambda run: run.model,
+    "gpu": lambda run: run.gpu_name,
+    "engine_version": lambda run: run.engine_version,
+    "name": lambda run: run.name,
+    "fingerprint": lambda run: run.fingerprint.key,
+}
+
+
+def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    history = commands.add_parser(
+        "history",
+        help="list the runs kept in a results store",
+        description="List the runs a results store keeps (`batchmark run --store`), oldest first, filtered by "
+        "model, GPU, engine version, name, fingerprint and time. Filters take shell-style patterns (*, ?, [..]); "
+        "all given must match.",
+    )
+    history.add_argument("--store", required=True, help="the results store: a folder (a path or a file:// URL)")
+    history.add_argument("--model", metavar="PATTERN", help="the model, e.g. 'Qwen/*'")
+    history.add_argument("--gpu", metavar="PATTERN", help="the device name, e.g. '*H100*'")
+    history.add_argument("--engine-version", metavar="PATTERN", help="vLLM's version, e.g. '0.11.*'")
+    history.add_argument("--name", metavar="PATTERN", help="the benchmark's name")
+    history.add_argument("--fingerprint", metavar="PATTERN", help="the workload's fingerprint key (or its start*)")
+    history.add_argument("--since", metavar="TIME", help="runs started at or after TIME (ISO 8601: 2026-12-01)")
+    history.add_argument("--until", metavar="TIME", help="runs started before TIME (ISO 8601)")
+    history.add_argument("--last", metavar="N", help="only the N most recent runs that match")
+    history.add_argument("--format", default="table", help=f"how to print them: {', '.join(FORMATS)} (default table)")
+    history.add_argument("-o", "--output", metavar="PATH", help="write them to PATH (.json or .csv) instead")
+
+
+def history_command(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    try:
+        selected, unreadable = _selected(args)
+        output_format = _format(args)
+    except UsageError as error:
+        print_error(console, "history", str(error))
+        return EXIT_USAGE
+    except StoreError as error:
+        print_error(console, "history", f"--store: {error}")
+        return EXIT_USAGE
+    for problem in unreadable:
+        print_warning(console, "history", f"left out an index entry that cannot be read: {problem}")
+    if output_format == "table":
+        _print_table(output_console(), selected)
+        return 0
+    text = as_json(selected) if output_format == "json" else as_csv(selected)
+    if args.output is None:
+        print(text, end="")
+        return 0
+    try:
+        write_atomically(Path(args.output), text)
+    except OSError as error:
+        print_error(console, "history", f"--output: {args.output}: {error.strerror or error}")
+        return EXIT_USAGE
+    print_plain(console, f"wrote {args.output} ({len(selected)} runs)")
+    return 0
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.format not in FORMATS:
+        raise UsageError(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
+    if args.output is None:
+        return str(args.format)
+    suffix = Path(args.output).suffix.lower().lstrip(".")
+    if suffix not in ("json", "csv"):
+        raise UsageError(f"--output: {args.output}: the file name must end in .json or .csv")
+    problem = output_problem(Path(args.output))
+    if problem is not None:
+        raise UsageError(f"--output: {args.output}: {problem}")
+    return suffix
+
+
+def _selected(args: argparse.Namespace) -> tuple[list[StoredRun], list[str]]:
+    """The matching entries, oldest first, and the index entries that could not be read."""
+    try:
+        folder = store_folder(args.store)
+    except ValueError as error:
+        raise UsageError(f"--store: {error}") from None
+    since = _moment("--since", args.since)
+    until = _moment("--until", args.until)
+    last = _count("--last", args.last)
+    index = FolderStore(folder).index()
+    runs = [
+        run
+        for run in index.runs
+        if all(_matches(run, name, getattr(args, name)) for name in _GLOBS)
+        and (since is None or _started(run) >= since)
+        and (until is None or _started(run) < until)
+    ]
+    return (runs[-last:] if last is not None else runs), index.unreadable
+
+
+def _matches(run: StoredRun, name: str, pattern: str | None) -> bool:
+    if pattern is None:
+        return True
+    value = _GLOBS[name](run)
+    return value is not None and fnmatch.fnmatchcase(value, pattern)
+
+
+def _moment(option: str, text: str | None) -> datetime.datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"{option}: {text!r} is not a date or time (ISO 8601, e.g. 2026-12-01 or 2026-12-01T08:00Z)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def _count(option: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise UsageError(f"{option}: {text!r} is not a whole number of runs, 1 or more")
+    return count
+
+
+def _started(run: StoredRun) -> datetime.datetime:
+    moment = datetime.datetime.fromisoformat(run.created_at)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def as_json(runs: list[StoredRun]) -> str:
+    return json.dumps([run.model_dump(mode="json") for run in runs], indent=2) + "\n"
+
+
+def as_csv(runs: list[StoredRun]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for run in runs:
+        row = run.model_dump(mode="json")
+        row["fingerprint"] = run.fingerprint.key
+        writer.writerow(["" if row[column] is None else row[column] for column in CSV_COLUMNS])
+    return buffer.getvalue()
+
+
+def _print_table(console: Console, runs: list[StoredRun]) -> None:
+    if not runs:
+        print_plain(console, "no stored runs match")
+        return
+    table = Table(title=f"{len(runs)} stored run{'' if len(runs) == 1 else 's'}", title_justify="left")
+    table.add_column("started (UTC)", no_wrap=True)
+    for column in ("name", "model", "hardware", "engine", "output tok/s", "req/s"):
+        table.add_column(column, overflow="fold")
+    table.add_column("fingerprint", no_wrap=True)
+    table.add_column("run", no_wrap=True)
+    for run in runs:
+        engine = "simulated" if run.simulated else f"{run.engine} {run.engine_version or ''}".strip()
+        cells = (
+            _started(run).astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
+            run.name,
+            run.model,
+            f"{run.gpus} x {run.gpu_name}" if run.gpu_name else "CPU",
+            engine,
+            _throughput(run),
+            "" if run.requests_per_second is None else f"{run.requests_per_second:.3g}",
+            run.fingerprint.key,
+            run.run_id,
+        )
+        # Text, not strings: a model's or a name's brackets are shown, never read as markup.
+        table.add_row(*(Text(cell) for cell in cells))
+    console.print(table, highlight=False)
+
+
+def _throughput(run: StoredRun) -> str:
+    if run.output_tokens_per_second is None:
+        return ""
+    shown = f"{run.output_tokens_per_second:.4g}"
+    if run.output_tokens_per_second_low is not None and run.output_tokens_per_second_high is not None:
+        shown += f" [{run.output_tokens_per_second_low:.4g}, {run.output_tokens_per_second_high:.4g}]"
+    if not run.complete:
+        shown += " (cut short)"
+    return shown

@@ -1,0 +1,183 @@
+"""`batchmark run --store` and `batchmark history`: runs kept in a folder beyond the run, browsable by model,
+hardware and date, listed and filtered from the store's index; bad input refused with one line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli import Finished, read_results, run_in_process
+from tests.integration.runner.harness import backend, run_args
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def wide_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room for the history's columns whatever width the test process was given (xdist's workers: 80)."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def stored_run(store: Path, *extra: str, model: str = "org/m", outputs: tuple[Path, ...] = ()) -> Finished:
+    return run_in_process(run_args(backend(model=model), outputs=list(outputs), extra=["--store", str(store), *extra]))
+
+
+def history(*args: str) -> Finished:
+    return run_in_process(["history", *args])
+
+
+def listed(store: Path, *filters: str) -> list[dict[str, Any]]:
+    finished = history("--store", str(store), "--format", "json", *filters)
+    assert finished.code == 0, finished.stderr
+    runs: list[dict[str, Any]] = json.loads(finished.stdout)
+    return runs
+
+
+def test_runs_are_kept_whole_in_a_browsable_layout_and_listed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    output = tmp_path / "r.json"
+    first = stored_run(store, outputs=(output,))
+    assert first.code == 0, first.stderr
+    second = stored_run(store, "--repeats", "2", model="org/other")
+    assert second.code == 0, second.stderr
+    results = read_results(output)
+    assert f"stored run {results['run_id']} in {store}" in first.message
+
+    runs = listed(store)
+    assert [run["model"] for run in runs] == ["org/m", "org/other"]
+    mine = runs[0]
+    assert mine["run_id"] == results["run_id"]
+    assert mine["simulated"] is True
+    assert mine["output_tokens_per_second"] == pytest.approx(
+        results["benchmarks"][0]["throughput"]["output_tokens_per_second"]
+    )
+    # The layout a person browses: model, hardware, date, then the run.
+    folder = store / mine["folder"]
+    parts = Path(mine["folder"]).parts
+    assert parts[:3] == ("runs", "org--m", "1x-simulated_H100-class_GPU")
+    assert parts[4].endswith(results["run_id"])
+    assert {path.name for path in folder.iterdir()} == {
+        "results.json",
+        "report.html",
+        "config.yaml",
+        "fingerprint.json",
+    }
+    assert json.loads((folder / "results.json").read_text())["run_id"] == results["run_id"]
+    assert "org/m" in (folder / "report.html").read_text()
+    # The other model's run has repeats: its interval is in the index.
+    assert runs[1]["output_tokens_per_second_low"] is not None
+    # Different models: different workloads.
+    assert runs[0]["fingerprint"]["key"] != runs[1]["fingerprint"]["key"]
+
+
+LONGER_PROMPTS = "kind=synthetic_text,prompt_tokens=128,output_tokens=16"
+
+
+def test_the_same_workload_has_one_fingerprint_whatever_served_it(tmp_path: Path) -> None:
+    """The simulated engine's cost model is the stack (as a vLLM version is), not the workload."""
+    store = tmp_path / "store"
+    assert stored_run(store).code == 0
+    slower = run_in_process(
+        run_args(backend(model="org/m", **{"simulation.step_fixed_seconds": 0.05}), extra=["--store", str(store)])
+    )
+    assert slower.code == 0, slower.stderr
+    longer = run_in_process(
+        [*run_args(backend(model="org/m"), extra=["--store", str(store)]), "--data", LONGER_PROMPTS]
+    )
+    assert longer.code == 0, longer.stderr
+    first, second, third = listed(store)
+    assert first["fingerprint"]["key"] == second["fingerprint"]["key"]
+    assert first["fingerprint"]["stack"]["simulation"] != second["fingerprint"]["stack"]["simulation"]
+    assert third["fingerprint"]["key"] != first["fingerprint"]["key"]
+    assert listed(store, "--fingerprint", first["fingerprint"]["key"][:6] + "*") == [first, second]
+
+
+def test_history_filters_and_formats(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for model in ("org/a", "org/b", "other/c"):
+        assert stored_run(store, model=model).code == 0
+    assert [run["model"] for run in listed(store, "--model", "org/*")] == ["org/a", "org/b"]
+    assert [run["model"] for run in listed(store, "--last", "1")] == ["other/c"]
+    assert listed(store, "--gpu", "*H100*", "--engine-version", "*") == []  # the simulated engine has no version
+    assert len(listed(store, "--gpu", "*H100*")) == 3
+    assert listed(store, "--since", "2999-01-01") == []
+    assert len(listed(store, "--until", "2999-01-01T00:00:00+00:00")) == 3
+    table = history("--store", str(store))
+    assert table.code == 0, table.stderr
+    for shown in ("3 stored runs", "other/c", "simulated"):
+        assert shown in table.stdout
+    rows = list(csv.DictReader(io.StringIO(history("--store", str(store), "--format", "csv").stdout)))
+    assert [row["model"] for row in rows] == ["org/a", "org/b", "other/c"]
+    assert all(len(row["fingerprint"]) == 16 for row in rows)
+    written = tmp_path / "runs.csv"
+    finished = history("--store", str(store), "--model", "org/b", "-o", str(written))
+    assert finished.code == 0, finished.stderr
+    assert [row["model"] for row in csv.DictReader(io.StringIO(written.read_text()))] == ["org/b"]
+    assert "no stored runs match" in history("--store", str(store), "--model", "none").stdout
+
+
+def test_a_store_that_cannot_be_written_fails_loudly_and_keeps_the_results(tmp_path: Path) -> None:
+    """The store's check passes before the run (the folder can be made); then its index is a file, not a folder."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "index").write_text("not a folder")
+    output = tmp_path / "r.json"
+    finished = stored_run(store, outputs=(output,))
+    assert finished.code == 4
+    assert "--store: cannot store the run in" in finished.message
+    assert "the results files are unaffected" in finished.message
+    assert "Traceback" not in finished.message
+    assert read_results(output)["complete"] is True
+    assert not any((store / "runs").rglob("*")), "the run's folder, without its index entry, was left behind"
+
+
+def test_a_damaged_index_entry_is_named_and_the_rest_listed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert stored_run(store).code == 0
+    (store / "index" / "20000101T000000Z-broken.json").write_text("{not json")
+    finished = history("--store", str(store), "--format", "json")
+    assert finished.code == 0
+    assert len(json.loads(finished.stdout)) == 1
+    assert "left out an index entry that cannot be read: 20000101T000000Z-broken.json" in finished.message
+
+
+def test_user_text_in_the_history_is_printed_literally(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert stored_run(store, model="org/m[/x]").code == 0
+    table = history("--store", str(store))
+    assert table.code == 0, table.stderr
+    assert "org/m[/x]" in table.stdout
+    assert Path(listed(store)[0]["folder"]).parts[1] == "org--m_--x"
+
+
+HISTORY_CASES: dict[str, tuple[list[str], list[str]]] = {
+    "no such store": (["--store", "{t}/none"], ["--store", "none", "no such folder"]),
+    "an S3 store": (["--store", "s3://bucket/runs"], ["--store", "s3:// stores are not supported"]),
+    "a file:// URL on another host": (["--store", "file://server/runs"], ["--store", "names the host 'server'"]),
+    "an empty store": (["--store", ""], ["--store", "names no folder"]),
+    "a date that is not one": (["--store", "{t}", "--since", "yesterday"], ["--since", "'yesterday'", "ISO 8601"]),
+    "no runs": (["--store", "{t}", "--last", "0"], ["--last", "'0'", "1 or more"]),
+    "a count that is not one": (["--store", "{t}", "--last", "ten"], ["--last", "'ten'"]),
+    "an unknown format": (["--store", "{t}", "--format", "xml"], ["--format", "'xml'", "table, json, csv"]),
+    "an output that is HTML": (["--store", "{t}", "-o", "{t}/h.txt"], ["--output", "h.txt", ".json or .csv"]),
+    "an output in /proc": (["--store", "{t}", "-o", "/proc/h.json"], ["--output", "/proc/h.json"]),
+}
+
+
+@pytest.mark.parametrize("case", list(HISTORY_CASES))
+def test_history_refuses_bad_input(case: str, tmp_path: Path) -> None:
+    arguments, named = HISTORY_CASES[case]
+    before = sorted(path.name for path in tmp_path.iterdir())
+    finished = history(*(argument.replace("{t}", str(tmp_path)) for argument in arguments))
+    assert finished.code == 2
+    for text in named:
+        assert text in finished.message, finished.message
+    assert "Traceback" not in finished.message
+    assert len(finished.stderr.strip().splitlines()) == 1, finished.stderr
+    assert finished.stdout == ""
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
