@@ -7,10 +7,10 @@ import csv
 import datetime
 import fnmatch
 import io
-import json
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -178,8 +178,12 @@ def _started(run: StoredRun) -> datetime.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
 
 
+# pydantic's serializer: json.dumps with an indent is Python's slow encoder (3.6 s of 10,000 runs' 4 s).
+_RUNS = TypeAdapter(list[StoredRun])
+
+
 def as_json(runs: list[StoredRun]) -> str:
-    return json.dumps([run.model_dump(mode="json") for run in runs], indent=2) + "\n"
+    return _RUNS.dump_json(runs, indent=2).decode() + "\n"
 
 
 def as_csv(runs: list[StoredRun]) -> str:
