@@ -128,13 +128,30 @@ def build_parser() -> argparse.ArgumentParser:
     compare = commands.add_parser(
         "compare",
         help="compare saved results side by side",
-        description="Print the figures of several results files side by side with their differences from the "
-        "first (the baseline), and optionally render them as one HTML report.",
+        description="Print the figures of several results side by side with their differences from the first (the "
+        "baseline), and optionally render them as one HTML report; with --baseline, whether each regressed.",
     )
     compare.add_argument(
-        "results", type=Path, nargs="+", help="results files (.json, .yaml); the first is the baseline"
+        "results",
+        nargs="+",
+        help="results files (.json, .yaml) or, with --store, stored runs' ids; the first is the baseline unless "
+        "--baseline gives one",
     )
     compare.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML file")
+    compare.add_argument("--store", metavar="FOLDER", help="the results store the run ids are looked up in")
+    compare.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="judge each result against this one (a file, a stored run's id, or `last`: the latest earlier run of "
+        "the same workload in --store): exit 6 when one regressed (its output tokens/s fell significantly, by "
+        "Welch's t-test on the repeats, and by more than --threshold); refused for runs of different workloads "
+        "or without repeats",
+    )
+    compare.add_argument(
+        "--threshold",
+        metavar="PERCENT",
+        help="the smallest drop in output tokens/s called a regression (default 5)",
+    )
     merge = commands.add_parser(
         "merge",
         help="merge the results of runs measured apart into one fleet's result",

@@ -97,6 +97,9 @@ EXIT_SIGNAL_BASE: Final = 128  # 128 + N: stopped by signal N
 # `batchmark results` only, no part of the pod's contract; named here so that no two commands give one code two
 # meanings: the cluster's API server could not be reached, or refused the request.
 EXIT_CLUSTER: Final = 5
+# `batchmark compare --baseline` only: a candidate regressed against its baseline (significant and beyond the
+# threshold), so that a CI pipeline can gate on it.
+EXIT_REGRESSED: Final = 6
 
 # --- the status: one writer per field ----------------------------------------------------------------------
 

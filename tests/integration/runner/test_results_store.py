@@ -181,3 +181,115 @@ def test_history_refuses_bad_input(case: str, tmp_path: Path) -> None:
     assert len(finished.stderr.strip().splitlines()) == 1, finished.stderr
     assert finished.stdout == ""
     assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def repeated_run(store: Path, step_fixed: float, *extra: str) -> str:
+    """A stored run whose engine steps take ``step_fixed`` seconds and more (the modelled time slept in full, so
+    that a loaded machine's harness moves it little); its run id."""
+    finished = run_in_process(
+        [
+            "run",
+            "--quiet",
+            "--backend",
+            "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
+            f"simulation.time_scale=1,simulation.step_fixed_seconds={step_fixed}",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
+            "--profile",
+            "kind=throughput,max_concurrency=32",
+            "--constraint",
+            "kind=max_requests,count=64",
+            "--store",
+            str(store),
+            *extra,
+        ]
+    )
+    assert finished.code == 0, finished.stderr
+    return str(listed(store)[-1]["run_id"])
+
+
+def compare(*args: str) -> Finished:
+    return run_in_process(["compare", *args])
+
+
+def test_a_regression_against_a_baseline_exits_non_zero_and_an_equal_run_does_not(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    base = repeated_run(store, 0.01, "--repeats", "3")
+    equal = repeated_run(store, 0.01, "--repeats", "3")
+    slower = repeated_run(store, 0.03, "--repeats", "3")  # every step about three times as long
+    regressed = compare("--store", str(store), "--baseline", base, slower)
+    assert regressed.code == 6, regressed.stderr
+    verdict = regressed.stdout.splitlines()[-1]
+    assert verdict.startswith(f"{slower} against {base} (baseline): regressed True: ")
+    assert "Welch's t-test p=" in verdict
+    assert "beyond the 5% threshold" in verdict
+    # `last`: the latest earlier run of the same workload (the slower engine is the stack, not the workload).
+    same = compare("--store", str(store), "--baseline", "last", equal)
+    assert same.code == 0, same.stderr
+    assert same.stdout.splitlines()[-1].startswith(f"{equal} against {base} (baseline): regressed False: ")
+    # A drop the threshold allows is no regression; unique starts of ids are enough.
+    allowed = compare("--store", str(store), "--baseline", base[:8], slower[:8], "--threshold", "99%")
+    assert allowed.code == 0, allowed.stderr
+    assert "regressed False" in allowed.stdout.splitlines()[-1]
+
+
+def test_a_baseline_of_another_workload_or_without_repeats_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    base = repeated_run(store, 0.004, "--repeats", "2")
+    other = repeated_run(
+        store, 0.004, "--repeats", "2", "--data", "kind=synthetic_text,prompt_tokens=64,output_tokens=16"
+    )
+    single = repeated_run(store, 0.004)
+    refused = compare("--store", str(store), "--baseline", base, other)
+    assert refused.code == 2
+    assert f"--baseline: {other} is not comparable with {base} (baseline): data.prompt_tokens: 32 against 64" in (
+        refused.message
+    )
+    unrepeated = compare("--store", str(store), "--baseline", base, single)
+    assert unrepeated.code == 2
+    assert f"--baseline: a regression verdict needs repeats; {single} has none" in unrepeated.message
+    # Without --baseline, runs of different workloads are compared, under a warning.
+    warned = compare("--store", str(store), base, other)
+    assert warned.code == 0, warned.stderr
+    assert f"warning: {other} is not the same workload as {base}: data.prompt_tokens: 32 against 64" in warned.message
+
+
+COMPARE_CASES: dict[str, tuple[list[str], list[str]]] = {
+    "a threshold that is not a percentage": (["--baseline", "a.json", "a.json", "--threshold", "x"], ["--threshold"]),
+    "a threshold of all": (["--baseline", "a.json", "a.json", "--threshold", "100"], ["--threshold", "'100'"]),
+    "last without a store": (["--baseline", "last", "a.json"], ["--baseline", "give --store"]),
+    "a run the store lacks": (["--store", "{t}/store", "nothere", "a.json"], ["'nothere'", "neither a file nor a run"]),
+    "a store that is not one": (["--store", "{t}/none", "x", "y"], ["--store", "no such folder"]),
+    "one result without a baseline": (["a.json"], ["at least two"]),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPARE_CASES))
+def test_compare_refuses_bad_input(case: str, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    repeated_run(store, 0.004)
+    repeated_run(store, 0.004)
+    (tmp_path / "a.json").write_text((store / listed(store)[0]["folder"] / "results.json").read_text())
+    arguments, named = COMPARE_CASES[case]
+    finished = compare(
+        *(argument.replace("{t}", str(tmp_path)).replace("a.json", str(tmp_path / "a.json")) for argument in arguments)
+    )
+    assert finished.code == 2
+    for text in named:
+        assert text in finished.message, finished.message
+    assert "Traceback" not in finished.message
+    assert len(finished.stderr.strip().splitlines()) == 1, finished.stderr
+    assert finished.stdout == ""
+
+
+def test_an_ambiguous_start_of_an_id_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    first = repeated_run(store, 0.004)
+    # A second index entry whose id starts as the first's does.
+    (entry_path,) = (store / "index").glob("*.json")
+    twin = json.loads(entry_path.read_text())
+    twin["run_id"] = first[:6] + "twin"
+    (store / "index" / entry_path.name.replace(first, twin["run_id"])).write_text(json.dumps(twin))
+    finished = compare("--store", str(store), first[:6], first)
+    assert finished.code == 2
+    assert f"results: '{first[:6]}' starts 2 stored runs' ids; give more of it" in finished.message

@@ -1,18 +1,25 @@
-"""``batchmark compare``: several saved results side by side, optionally as one HTML report."""
+"""``batchmark compare``: several results side by side (files, or runs kept in a results store), optionally as
+one HTML report; with ``--baseline``, a regression verdict whose exit code a CI pipeline can gate on."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 
-from batchmark.runner.commands.report import check_html_output, labels, load_results, write_html
+from batchmark.runner.commands.report import check_html_output, load_results, write_html
 from batchmark.runner.config.load import UsageError
-from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.observe.console import print_error, print_plain
+from batchmark.runner.config.store import store_folder
+from batchmark.runner.contract import EXIT_REGRESSED, EXIT_USAGE
+from batchmark.runner.observe.console import print_error, print_plain, print_warning
+from batchmark.runner.results.fingerprint import fingerprint, workload_differences
 from batchmark.runner.results.htmlreport.render import print_comparison, render
+from batchmark.runner.results.regression import DEFAULT_THRESHOLD, Verdict, describe, regression
 from batchmark.runner.results.repeats import SIGNIFICANCE, TEST, differ
 from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport
+from batchmark.runner.store.entries import StoredRun
+from batchmark.runner.store.folder import FolderStore, StoreError
 
 # The figures compared beyond their intervals; the latency statistics both runs carry are added.
 _FIGURES = (
@@ -22,27 +29,162 @@ _FIGURES = (
     "goodput_output_tokens_per_second",
     "cost_per_million_output_tokens",
 )
+# Differences listed in one refusal; the rest are counted.
+_SHOWN_DIFFERENCES = 4
 
 
 def compare_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
-        if len(args.results) < 2:
-            raise UsageError("give at least two results files to compare")
+        threshold = _threshold(args.threshold)
+        store = _store(args.store)
+        if args.baseline is None and len(args.results) < 2:
+            raise UsageError("give at least two results to compare (or one with --baseline)")
         if args.output is not None:
-            check_html_output(args.output, args.results)
-        reports = list(zip(labels(args.results), [load_results(path) for path in args.results], strict=True))
+            check_html_output(args.output, [Path(reference) for reference in args.results])
+        resolved = [_resolve(store, reference) for reference in args.results]
+        candidates = list(
+            zip(_numbered([label for label, _ in resolved]), [report for _, report in resolved], strict=True)
+        )
+        reports = candidates
+        if args.baseline is not None:
+            reports = [_baseline(store, args.baseline, candidates[0][1]), *candidates]
+            _check_comparable(reports)
+        else:
+            for line in _incomparable_lines(reports):
+                print_warning(console, "compare", line)
         print_comparison(Console(), reports)
         for line in noise_lines(reports):
             print_plain(Console(), line)
+        code = _verdicts(reports, threshold) if args.baseline is not None else 0
         if args.output is not None:
             write_html(args.output, render(reports))
     except UsageError as error:
         print_error(console, "compare", str(error))
         return EXIT_USAGE
+    except StoreError as error:
+        print_error(console, "compare", f"--store: {error}")
+        return EXIT_USAGE
     if args.output is not None:
         print_plain(console, f"wrote {args.output}")
-    return 0
+    return code
+
+
+def _threshold(text: str | None) -> float:
+    if text is None:
+        return DEFAULT_THRESHOLD
+    try:
+        percent = float(text.removesuffix("%"))
+    except ValueError:
+        percent = -1.0
+    if not 0 <= percent < 100:
+        raise UsageError(f"--threshold: {text!r} is not a percentage from 0 to below 100 (e.g. 5 or 5%)")
+    return percent / 100
+
+
+def _store(text: str | None) -> FolderStore | None:
+    if text is None:
+        return None
+    try:
+        return FolderStore(store_folder(text))
+    except ValueError as error:
+        raise UsageError(f"--store: {error}") from None
+
+
+def _resolve(store: FolderStore | None, reference: str) -> tuple[str, RunReport]:
+    """A results file, or with --store a stored run by its id (or the id's unique start); with its label."""
+    path = Path(reference)
+    if store is None or path.exists():
+        return path.stem, load_results(path)
+    run = _stored(store, reference, "results")
+    return run.run_id, store.report(run)
+
+
+def _numbered(names: list[str]) -> list[str]:
+    """Numbered where two would read the same (one file given twice)."""
+    return [f"{name} ({index + 1})" if names.count(name) > 1 else name for index, name in enumerate(names)]
+
+
+def _stored(store: FolderStore, reference: str, option: str) -> StoredRun:
+    runs = store.index().runs
+    exact = [run for run in runs if run.run_id == reference]
+    found = exact or [run for run in runs if reference and run.run_id.startswith(reference)]
+    if not found:
+        raise UsageError(f"{option}: {reference!r} is neither a file nor a run in the store {store.root}")
+    if len(found) > 1:
+        raise UsageError(f"{option}: {reference!r} starts {len(found)} stored runs' ids; give more of it")
+    return found[0]
+
+
+def _baseline(store: FolderStore | None, reference: str, candidate: RunReport) -> tuple[str, RunReport]:
+    """The baseline: a file, a stored run, or ``last``, the latest complete stored run of the candidate's workload
+    that started before it."""
+    if reference != "last":
+        path = Path(reference)
+        if store is None or path.exists():
+            return f"{path.stem} (baseline)", load_results(path)
+        run = _stored(store, reference, "--baseline")
+        return f"{run.run_id} (baseline)", store.report(run)
+    if store is None:
+        raise UsageError("--baseline: last is the last run of the same workload in a store: give --store")
+    key = fingerprint(candidate).key
+    earlier = [
+        run
+        for run in store.index().runs
+        if run.fingerprint.key == key
+        and run.complete
+        and run.run_id != candidate.run_id
+        and run.created_at <= candidate.created_at
+    ]
+    if not earlier:
+        raise UsageError(
+            f"--baseline: no earlier complete run of this workload (fingerprint {key}) in the store {store.root}"
+        )
+    return f"{earlier[-1].run_id} (baseline)", store.report(earlier[-1])
+
+
+def _check_comparable(reports: list[tuple[str, RunReport]]) -> None:
+    (base_label, base), *candidates = reports
+    for label, report in candidates:
+        differences = workload_differences(fingerprint(base), fingerprint(report))
+        if differences:
+            raise UsageError(f"--baseline: {label} is not comparable with {base_label}: {_listed(differences)}")
+        if not base.repeated or not report.repeated:
+            raise UsageError(
+                f"--baseline: a regression verdict needs repeats; {label if not report.repeated else base_label} has"
+                " none: run both with --repeats 3 or more"
+            )
+
+
+def _incomparable_lines(reports: list[tuple[str, RunReport]]) -> list[str]:
+    (base_label, base), *others = reports
+    lines = []
+    for label, report in others:
+        differences = workload_differences(fingerprint(base), fingerprint(report))
+        if differences:
+            lines.append(f"{label} is not the same workload as {base_label}: {_listed(differences)}")
+    return lines
+
+
+def _listed(differences: list[str]) -> str:
+    shown = "; ".join(differences[:_SHOWN_DIFFERENCES])
+    more = len(differences) - _SHOWN_DIFFERENCES
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
+def _verdicts(reports: list[tuple[str, RunReport]], threshold: float) -> int:
+    """Each candidate's regression verdict against the baseline; EXIT_REGRESSED when any regressed."""
+    (base_label, base), *candidates = reports
+    code = 0
+    out = Console()
+    for label, report in candidates:
+        verdict = regression(base, report, threshold)
+        for entry in verdict.benchmarks:
+            print_plain(out, f"{label} against {base_label}, {describe(entry)}")
+        print_plain(out, f"{label} against {base_label}: regressed {verdict.verdict.value}: {verdict.reason}")
+        if verdict.verdict is Verdict.REGRESSED:
+            code = EXIT_REGRESSED
+    return code
 
 
 def differs(first: Estimate, second: Estimate) -> tuple[bool | None, float | None]:
