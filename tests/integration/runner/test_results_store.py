@@ -249,9 +249,15 @@ def test_a_baseline_of_another_workload_or_without_repeats_is_refused(tmp_path: 
     assert unrepeated.code == 2
     assert f"--baseline: a regression verdict needs repeats; {single} has none" in unrepeated.message
     # Without --baseline, runs of different workloads are compared, under a warning.
-    warned = compare("--store", str(store), base, other)
+    page = tmp_path / "compare.html"
+    warned = compare("--store", str(store), base, other, "-o", str(page))
     assert warned.code == 0, warned.stderr
     assert f"warning: {other} is not the same workload as {base}: data.prompt_tokens: 32 against 64" in warned.message
+    # The report shows each run's fingerprint and says the same loudly.
+    html = page.read_text()
+    for entry in listed(store)[:2]:
+        assert f"workload fingerprint <code>{entry['fingerprint']['key']}</code>" in html
+    assert f"{other}: NOT THE SAME WORKLOAD as {base}: data.prompt_tokens: 32 against 64" in html
 
 
 COMPARE_CASES: dict[str, tuple[list[str], list[str]]] = {

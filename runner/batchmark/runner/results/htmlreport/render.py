@@ -20,6 +20,7 @@ from rich.text import Text
 from batchmark.runner import __version__
 from batchmark.runner.config.slo import parse_slo_name
 from batchmark.runner.results.budget import describe_point
+from batchmark.runner.results.fingerprint import fingerprint, workload_differences
 from batchmark.runner.results.htmlreport.charts import Chart, Rule, Series, bar_chart, colour, format_number, line_chart
 from batchmark.runner.results.htmlreport.repeats import repeated_notes, repeated_rows
 from batchmark.runner.results.htmlreport.replicas import replica_rows
@@ -470,12 +471,20 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
     )
     template = _ENVIRONMENT.get_template("report.html.j2")
     summary, latency = summary_rows(reports)
+    printed = [fingerprint(report) for _, report in reports]
     return template.render(
         title=title,
         several=several,
         runs=[
-            {"label": label, "report": report, "setting": run_setting(report), "data": data_note(report)}
-            for label, report in reports
+            {
+                "label": label,
+                "report": report,
+                "setting": run_setting(report),
+                "data": data_note(report),
+                "fingerprint": printed[index].key,
+                "differences": workload_differences(printed[0], printed[index]),
+            }
+            for index, (label, report) in enumerate(reports)
         ],
         summary=summary,
         latency=latency,
