@@ -67,6 +67,24 @@ groups:
             phase Scheduling (or, retrying, its new pod has waited to start) for {{ $alerts.schedulingFor }}, most
             often because no node has enough free GPUs. Its status message says why, in the scheduler's or the
             kubelet's words; the chart's benchmarkDefaults.timeouts (or its spec.timeouts) end it.
+      # A finished benchmark with spec.baseline whose runner judged it regressed (its output tokens/s fell
+      # significantly, by Welch's t-test on the repeats, and beyond the threshold). It lasts while the resource
+      # does: delete it (or let a nightly's ttl remove it) to resolve.
+      - alert: BatchBenchmarkRegressed
+        expr: >-
+          max by (job, namespace, name, baseline)
+          (batchmark_operator_benchmark_regressed{job="{{ $job }}"}) == 1
+        labels:
+          severity: warning
+          {{- with $alerts.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: BatchBenchmark {{`{{ $labels.namespace }}/{{ $labels.name }}`}} regressed against run {{`{{ $labels.baseline }}`}}.
+          description: >-
+            BatchBenchmark {{`{{ $labels.name }}`}} in namespace {{`{{ $labels.namespace }}`}} regressed against
+            its baseline, run {{`{{ $labels.baseline }}`}} of its results store: its Regressed condition gives the
+            change in output tokens/s, its interval and the test's p-value, and `batchmark history` the runs.
       - alert: BatchmarkOperatorDown
         expr: absent(up{job="{{ $job }}"} == 1)
         for: {{ $alerts.operatorDownFor }}

@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         action="append",
         default=[],
-        help="write results to PATH (.json, .yaml, .csv, or .html: a self-contained report; repeatable)",
+        help="write results to PATH (.json, .yaml, .csv, or .html: a self-contained report; .br.yaml or .br.json: "
+        "the llm-d Benchmark Report v0.2; repeatable)",
     )
     run.add_argument("--sample-requests", type=int, help="per-request records kept in the results")
     run.add_argument(
@@ -92,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FOLDER",
         help="keep the run in this results store beyond the run (a folder, or a file:// URL): its results, HTML "
         "report, config and fingerprint under runs/MODEL/HARDWARE/DATE/, listed by `batchmark history`",
+    )
+    run.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="judge the run against this run in --store (its id, or `last`: the latest earlier run of the same "
+        "workload): regressed when its output tokens/s fell significantly (Welch's t-test on the repeats) and by "
+        "more than 5%%; the verdict is printed and kept in the results",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar or banner; the summary only")
     run.add_argument(
@@ -168,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="write the merged result to PATH (.json, .yaml, .csv, or .html; repeatable)",
+        help="write the merged result to PATH (.json, .yaml, .csv, .html, or .br.yaml/.br.json: llm-d's Benchmark "
+        "Report v0.2; repeatable)",
     )
     history.add_history_parser(commands)
     # Commands of other parts (the operator's crd, manifest, ...), registered by entry point: they set `handler`.

@@ -74,6 +74,8 @@ CONFIG_KEY: Final = "config.yaml"
 CONFIG_PATH: Final = f"{CONFIG_DIRECTORY}/{CONFIG_KEY}"
 # Kubernetes' default: the runner writes its compact summary there, the operator reads it from the pod's status.
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
+# spec.results.store's claim is mounted here; the run's config names the store's folder under it.
+STORE_MOUNT_PATH: Final = "/var/lib/batchmark/store"
 # The user and group the runner image's user has (docker/Dockerfile's BATCHMARK_UID/BATCHMARK_GID build
 # arguments), which the operator's Job runs the pod as (fsGroup: its volumes writable by that group); the chart's
 # operator Deployment uses the same numbers (tests/unit/images/test_runner_identity.py checks all three).
@@ -104,7 +106,10 @@ EXIT_REGRESSED: Final = 6
 # --- the status: one writer per field ----------------------------------------------------------------------
 
 # resultsConfigMap: the ConfigMap the runner created for its full report (one per attempt, the latest named).
-RUNNER_STATUS_FIELDS: Final = frozenset({"progress", "engine", "results", "headline", "runId", "resultsConfigMap"})
+# regression: the run against spec.baseline, from which the operator sets the Regressed condition.
+RUNNER_STATUS_FIELDS: Final = frozenset(
+    {"progress", "engine", "results", "headline", "runId", "resultsConfigMap", "regression"}
+)
 OPERATOR_STATUS_FIELDS: Final = frozenset(
     {
         "phase",

@@ -421,6 +421,14 @@ BENCHMARK_FAILURE: Final = Series(
     (*BENCHMARK_LABELS, "reason"),
     "operator",
 )
+BENCHMARK_REGRESSED: Final = Series(
+    "batchmark_operator_benchmark_regressed",
+    "gauge",
+    "For a finished BatchBenchmark with a baseline: 1 when it regressed against it (its output tokens/s fell"
+    " significantly and beyond the threshold), 0 when not; no series without a verdict.",
+    (*BENCHMARK_LABELS, "baseline"),
+    "operator",
+)
 # The three throughputs the push has too: the same series, labelled by the resource rather than the push's group.
 OPERATOR_OUTPUT_TOKENS_PER_SECOND: Final = RESULT_OUTPUT_TOKENS_PER_SECOND.exported_by(
     "operator", OPERATOR_RESULT_LABELS
@@ -453,6 +461,7 @@ OPERATOR_SERIES: Final = (
     BENCHMARK_PHASE,
     BENCHMARK_STARTING,
     BENCHMARK_FAILURE,
+    BENCHMARK_REGRESSED,
     *OPERATOR_RESULT_SERIES,
 )
 

@@ -9,7 +9,7 @@ report is batchmark.runner.results.summary's.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -174,6 +174,24 @@ class Headline(SummaryModel):
     requests_per_second: float | None = Field(default=None, description="Completed requests per second.")
     latency_p50_seconds: float | None = Field(default=None, description="Median request latency, seconds.")
     latency_p99_seconds: float | None = Field(default=None, description="99th percentile request latency, seconds.")
+
+
+class RegressionStatus(SummaryModel):
+    """The run against its baseline (spec.baseline); the operator's Regressed condition says the same."""
+
+    verdict: Literal["True", "False", "Unknown"] = Field(
+        description="True: its output tokens/s fell significantly (Welch's t-test on the repeats) and by more than"
+        " the threshold; False: not; Unknown: no verdict (no repeats, no baseline of its workload)."
+    )
+    baseline: str | None = Field(default=None, description="The baseline's run id in the results store.")
+    change: float | None = Field(
+        default=None, description="The benchmark that fell most: its output tokens/s against the baseline's, minus 1."
+    )
+    change_low: float | None = Field(default=None, description="Lower end of that change's 95% interval.")
+    change_high: float | None = Field(default=None, description="Upper end of that change's 95% interval.")
+    p_value: float | None = Field(default=None, description="Welch's t-test's p-value for that benchmark.")
+    threshold: float = Field(description="The smallest drop called a regression (0.05: 5%).")
+    reason: str = Field(description="The verdict in one sentence.")
 
 
 def headline(summary: RunSummary) -> Headline | None:

@@ -390,6 +390,11 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
     ),
     "store under /proc": (lambda t: run_args(extra=["--store", "/proc/runs"]), ["--store", "/proc/runs", "cannot"]),
     "store named by nothing": (lambda t: run_args(extra=["--store", " "]), ["--store", "names no folder"]),
+    "baseline without a store": (lambda t: run_args(extra=["--baseline", "last"]), ["--baseline", "give --store"]),
+    "baseline named by nothing": (
+        lambda t: run_args(extra=["--baseline", "", "--store", str(t / "s")]),
+        ["--baseline", "at least 1 character"],
+    ),
 }
 
 

@@ -264,7 +264,10 @@ COMPARE_CASES: dict[str, tuple[list[str], list[str]]] = {
     "a threshold that is not a percentage": (["--baseline", "a.json", "a.json", "--threshold", "x"], ["--threshold"]),
     "a threshold of all": (["--baseline", "a.json", "a.json", "--threshold", "100"], ["--threshold", "'100'"]),
     "last without a store": (["--baseline", "last", "a.json"], ["--baseline", "give --store"]),
-    "a run the store lacks": (["--store", "{t}/store", "nothere", "a.json"], ["'nothere'", "neither a file nor a run"]),
+    "a run the store lacks": (
+        ["--store", "{t}/store", "nothere", "a.json"],
+        ["'nothere' is not a run in the store", "nor is it a file"],
+    ),
     "a store that is not one": (["--store", "{t}/none", "x", "y"], ["--store", "no such folder"]),
     "one result without a baseline": (["a.json"], ["at least two"]),
 }
@@ -299,3 +302,47 @@ def test_an_ambiguous_start_of_an_id_is_refused(tmp_path: Path) -> None:
     finished = compare("--store", str(store), first[:6], first)
     assert finished.code == 2
     assert f"results: '{first[:6]}' starts 2 stored runs' ids; give more of it" in finished.message
+
+
+def test_a_run_is_judged_against_its_baseline_as_it_ends(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    base = repeated_run(store, 0.01, "--repeats", "3")
+    output, page = tmp_path / "slower.json", tmp_path / "slower.html"
+    finished = run_in_process(
+        [
+            "run",
+            "--quiet",
+            "--backend",
+            "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
+            "simulation.time_scale=1,simulation.step_fixed_seconds=0.03",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
+            "--profile",
+            "kind=throughput,max_concurrency=32",
+            "--constraint",
+            "kind=max_requests,count=64",
+            "--repeats",
+            "3",
+            "--store",
+            str(store),
+            "--baseline",
+            "last",
+            "--output",
+            str(output),
+            "--output",
+            str(page),
+        ]
+    )
+    assert finished.code == 0, finished.stderr  # the run did what it was asked; `compare --baseline` gates
+    assert "regressed True: throughputx32: output tokens/s -" in finished.message
+    regression = read_results(output)["regression"]
+    assert (regression["baseline"], regression["verdict"]) == (base, "True")
+    assert regression["benchmarks"][0]["p_value"] < 0.05
+    assert f"against the baseline {base}: regressed True" in page.read_text()
+    # The stored copy carries its verdict too.
+    stored = listed(store)[-1]
+    assert json.loads((store / stored["folder"] / "results.json").read_text())["regression"]["verdict"] == "True"
+    # Without an earlier run of its workload: no verdict, and the run is not failed for it.
+    alone = run_in_process(run_args(backend(model="org/alone"), extra=["--store", str(store), "--baseline", "last"]))
+    assert alone.code == 0, alone.stderr
+    assert "regressed Unknown: no earlier complete run of this workload" in alone.message

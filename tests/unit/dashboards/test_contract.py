@@ -42,6 +42,7 @@ def test_every_alert_rule_reads_declared_series_and_labels() -> None:
     assert [alert for alert, _ in rules] == [
         "BatchBenchmarkFailed",
         "BatchBenchmarkStuckScheduling",
+        "BatchBenchmarkRegressed",
         "BatchmarkOperatorDown",
         "BatchmarkOperatorErroring",
     ]

@@ -38,14 +38,25 @@ def test_an_example_needs_nothing_it_does_not_create(path: Path) -> None:
     claims = {d["metadata"]["name"]: d for d in documents if d["kind"] == "PersistentVolumeClaim"}
     for document in benchmarks(path):
         spec = BatchBenchmarkSpec.model_validate(document["spec"])
-        if spec.model_cache is not None:
-            claim = claims.get(spec.model_cache.claim_name)
-            assert claim is not None, f"{path.name}: claim {spec.model_cache.claim_name!r} is not created in the file"
+        store = spec.results.store if spec.results is not None else None
+        for claim_name in (volume.claim_name for volume in (spec.model_cache, store) if volume is not None):
+            claim = claims.get(claim_name)
+            assert claim is not None, f"{path.name}: claim {claim_name!r} is not created in the file"
             assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
         assert spec.hf_token_secret is None
         assert not spec.env_from
         assert not spec.image_pull_secrets
         assert spec.queue_name is None  # examples/kueue/ holds the queued one, with its queues
+
+
+def test_the_regression_example_keeps_its_runs_and_judges_them_against_the_last() -> None:
+    (document,) = benchmarks(EXAMPLES[0].parent / "qwen3-0.6b-regression.yaml")
+    spec = BatchBenchmarkSpec.model_validate(document["spec"])
+    config = spec.run_config(document["metadata"]["name"])
+    assert config.store is not None
+    assert config.store.endswith("/qwen3")
+    assert config.baseline == "last"
+    assert config.repeats >= 3
 
 
 def test_the_tensor_parallel_example_asks_for_four_gpus() -> None:

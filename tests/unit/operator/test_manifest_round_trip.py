@@ -82,6 +82,8 @@ CASES: dict[str, list[str]] = {
         "0.0.0.0",
         "--store",
         "results",
+        "--baseline",
+        "last",
     ],
     "a config file": ["--config", "{config}"],
     "a config file with overrides": [
@@ -98,7 +100,7 @@ CASES: dict[str, list[str]] = {
     ],
 }
 # Options of `run` that `manifest` leaves out: they have no meaning in a pod (docs/running.md, `batchmark manifest`).
-LOCAL_ONLY = {"--output", "--quiet", "--metrics-address", "--store"}
+LOCAL_ONLY = {"--output", "--quiet", "--metrics-address", "--store", "--baseline"}
 
 
 def arguments(case: str, tmp_path: Path) -> list[str]:
@@ -139,7 +141,7 @@ def test_manifest_of_a_run_command_line_runs_the_same_benchmark_in_the_pod(
     assert metadata["name"] == laptop.name
     spec = OperatorDefaults().apply(BatchBenchmarkSpec.model_validate(document["spec"]))
     # Files and a store folder on the laptop; the pod writes its ConfigMap.
-    expected = laptop.model_copy(update={"outputs": [], "store": None})
+    expected = laptop.model_copy(update={"outputs": [], "store": None, "baseline": None})
     assert spec.run_config(metadata["name"]) == expected
     in_pod, pod_args = pod_config(spec, metadata["name"], tmp_path)
     assert in_pod == expected

@@ -233,6 +233,7 @@ def test_the_words_of_the_status_keep_their_values() -> None:
         "Retrying",
         "Admitted",
         "Preempted",
+        "Regressed",
     ]
     assert {str(reason) for reason in Reason} >= {
         "Created",

@@ -30,8 +30,8 @@ from batchmark.runner.config.run import RunConfig
 from batchmark.runner.contract import CONFIG_DIRECTORY, EXIT_USAGE
 from batchmark.runner.observe.console import print_error
 
-# What a pod runs as `batchmark run` options; --output, --store, --quiet and --metrics-address are the laptop's (README,
-# `batchmark manifest`), and the pod's own are set by the operator.
+# What a pod runs as `batchmark run` options; --output, --store, --baseline, --quiet and --metrics-address are the
+# laptop's (README, `batchmark manifest`), and the pod's own are set by the operator.
 _BENCHMARK_FIELDS = {"backend", "data", "profile", "constraints", "sample_requests", "sweep", "slo", "cost", "repeats"}
 # A ConfigMap's keys, which become the mounted files' names.
 _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")

@@ -38,6 +38,7 @@ from batchmark.runner.contract import (
     ENV_TERMINATION,
     ENV_UID,
     MEMBER_REPORT_PORT,
+    STORE_MOUNT_PATH,
     TERMINATION_MESSAGE_PATH,
 )
 from batchmark.runner.engines.registry import engine_entry
@@ -341,6 +342,10 @@ def runner_environment(
         {"name": "config", "configMap": {"name": owner.config_map}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(spec.shm_size)}},
     ]
+    store = spec.results.store if spec.results is not None else None
+    if store is not None:
+        mounts.append({"name": "results-store", "mountPath": STORE_MOUNT_PATH})
+        volumes.append({"name": "results-store", "persistentVolumeClaim": {"claimName": store.claim_name}})
     if spec.model_cache is not None:
         mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
         volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}})

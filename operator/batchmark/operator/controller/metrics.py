@@ -51,11 +51,13 @@ class OperatorMetrics:
         self.phase = series.gauge(series.BENCHMARK_PHASE, self.registry)
         self.failed_at = series.gauge(series.BENCHMARK_FAILURE, self.registry)
         self.starting = series.gauge(series.BENCHMARK_STARTING, self.registry)
+        self.regressed = series.gauge(series.BENCHMARK_REGRESSED, self.registry)
         self.results = {declared: series.gauge(declared, self.registry) for declared in RESULT_FIELDS}
         self._lock = threading.Lock()
         self._phases: dict[tuple[str, str], str] = {}
         self._starting: set[tuple[str, str]] = set()
         self._failures: dict[tuple[str, str], str] = {}
+        self._baselines: dict[tuple[str, str], str] = {}
         self._series: dict[tuple[str, str], list[tuple[str, ...]]] = {}
         for phase in Phase:
             self.benchmarks.labels(phase).set(0)
@@ -143,10 +145,24 @@ class OperatorMetrics:
                 series.append(labels)
             self._series[(namespace, name)] = series
 
+    def set_regression(self, namespace: str, name: str, regression: Mapping[str, Any] | None) -> None:
+        """The verdict against the baseline (status.regression): 1 regressed, 0 not; no series without one."""
+        verdict = regression.get("verdict") if isinstance(regression, Mapping) else None
+        baseline = str(regression.get("baseline") or "") if isinstance(regression, Mapping) else ""
+        with self._lock:
+            key = (namespace, name)
+            previous = self._baselines.pop(key, None)
+            if previous is not None:
+                self.regressed.remove(namespace, name, previous)
+            if verdict in ("True", "False"):
+                self._baselines[key] = baseline
+                self.regressed.labels(namespace, name, baseline).set(1 if verdict == "True" else 0)
+
     def forget(self, namespace: str, name: str) -> None:
         """The resource is gone: its series go too."""
         self.set_phase(namespace, name, None)
         self.set_starting(namespace, name, False)
+        self.set_regression(namespace, name, None)
         with self._lock:
             self._drop(namespace, name)
             reason = self._failures.pop((namespace, name), None)

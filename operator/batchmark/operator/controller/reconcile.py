@@ -232,6 +232,7 @@ class Reconciler:
                 position=position,
                 bounds=self._bounds(spec),
                 replicas=_replicas_of(spec),
+                baseline=bool(spec.get("baseline")),
             )
             update = build_status(observation)
             if update.stalled and job is not None:
@@ -258,6 +259,7 @@ class Reconciler:
             results = fields.get("results") or stored.get("results")
             if update.phase == Phase.SUCCEEDED or (update.phase in FINISHED_PHASES and results):
                 self.metrics.set_results(namespace, name, body.get("spec") or {}, results or [])
+                self.metrics.set_regression(namespace, name, stored.get("regression"))
             return update
 
     def _bounds(self, spec: Mapping[str, Any]) -> StartBounds:

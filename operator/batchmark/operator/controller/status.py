@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from batchmark.operator.controller.jobset import JOB_INDEX_LABEL, JOBSET_UID_LABEL, REPLICATED_JOB
 from batchmark.operator.controller.kueue import QUEUE_NAME_LABEL, WorkloadView
 from batchmark.operator.controller.positions import QueuePosition
@@ -29,7 +31,7 @@ from batchmark.operator.controller.stalls import (
 from batchmark.operator.resource.api import Condition, StartBounds
 from batchmark.operator.resource.status import FINISHED_PHASES, ConditionType, Phase, Reason
 from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.statusfields import parse_summary
+from batchmark.runner.statusfields import RegressionStatus, parse_summary
 
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = (
@@ -256,6 +258,7 @@ class Observation:
     # How long its pod may take to start (spec.timeouts over the operator's defaults); None: unbounded.
     bounds: StartBounds | None = None
     replicas: int | None = None  # engine replicas the spec measures at once (the REPLICAS column); None: not said
+    baseline: bool = False  # spec.baseline: the benchmark has a Regressed condition
 
 
 @dataclass(frozen=True)
@@ -600,7 +603,7 @@ def _conditions(
     engine_loaded = phase in (Phase.RUNNING, Phase.SUCCEEDED) or bool(
         previous.get(ConditionType.ENGINE_LOADED, {}).get("status") == "True"
     )
-    wanted: dict[ConditionType, tuple[Literal["True", "False"], str, str]] = {
+    wanted: dict[ConditionType, tuple[Literal["True", "False", "Unknown"], str, str]] = {
         ConditionType.SCHEDULED: (
             ("True", Reason.SCHEDULED, f"pod {pod.name} runs on {pod.node_name}")
             if scheduled and pod is not None and pod.node_name
@@ -619,8 +622,11 @@ def _conditions(
     wanted[ConditionType.RETRYING] = _retrying(phase, observation)
     if observation.queued:
         wanted |= _queue_conditions(observation)
+    if observation.baseline:
+        wanted[ConditionType.REGRESSED] = _regressed(phase, observation)
     conditions = []
-    for kind in (*CONDITION_TYPES, *QUEUE_CONDITION_TYPES) if observation.queued else CONDITION_TYPES:
+    kinds = [*CONDITION_TYPES, *(QUEUE_CONDITION_TYPES if observation.queued else ())]
+    for kind in [*kinds, ConditionType.REGRESSED] if observation.baseline else kinds:
         status, why, text = wanted[kind]
         old = previous.get(kind) or {}
         transition = old.get("lastTransitionTime") if old.get("status") == status else None
@@ -634,6 +640,21 @@ def _conditions(
         )
         conditions.append(condition.model_dump(by_alias=True, exclude_none=True))
     return conditions
+
+
+def _regressed(phase: Phase, observation: Observation) -> tuple[Literal["True", "False", "Unknown"], str, str]:
+    """The runner's verdict against spec.baseline (status.regression), once it wrote one."""
+    written = observation.status.get("regression")
+    try:
+        verdict = RegressionStatus.model_validate(written) if written is not None else None
+    except ValidationError:  # the status is writable by more than the runner: never crash on it
+        verdict = None
+    if verdict is None:
+        if phase in FINISHED_PHASES:
+            return "Unknown", Reason.NO_VERDICT, "the run ended without a verdict against its baseline"
+        return "Unknown", Reason.WAITING, "judged against the baseline when the run ends"
+    why = {"True": Reason.REGRESSED, "False": Reason.NOT_REGRESSED}.get(verdict.verdict, Reason.NO_VERDICT)
+    return verdict.verdict, why, verdict.reason
 
 
 def _retrying(phase: Phase, observation: Observation) -> tuple[Literal["True", "False"], str, str]:

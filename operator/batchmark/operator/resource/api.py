@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from batchmark.operator.resource.status import Phase
@@ -31,7 +31,7 @@ from batchmark.runner.config.profiles import ProfileConfig
 from batchmark.runner.config.run import RunConfig
 from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.engines.registry import engine_entry
-from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Headline, ProgressStatus
+from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Headline, ProgressStatus, RegressionStatus
 
 # The resource's identity is part of the operator–runner contract; named here for the operator's modules.
 GROUP = contract.GROUP
@@ -141,6 +141,31 @@ class DataVolume(ApiModel):
         if (self.config_map is None) == (self.claim_name is None):
             raise ValueError("give one of configMap or claimName")
         return self
+
+
+class ResultsStore(ApiModel):
+    """A PersistentVolumeClaim that keeps the benchmark's runs beyond the resource: each run whole (results, HTML
+    report, config, fingerprint) under runs/MODEL/HARDWARE/DATE/, with an index that `batchmark history` reads."""
+
+    claim_name: str = Field(min_length=1, max_length=253, description="Name of the PersistentVolumeClaim.")
+    path: str = Field(
+        default="",
+        max_length=1024,
+        description="The store's folder in the claim, relative to its root (default: the root).",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _inside_the_claim(cls, path: str) -> str:
+        if path.startswith("/") or ".." in path.split("/"):
+            raise ValueError(f"{path!r} must be a relative path inside the claim, without '..'")
+        return path
+
+
+class ResultsOptions(ApiModel):
+    """Where the benchmark's results go beyond its status and ConfigMap."""
+
+    store: ResultsStore | None = Field(default=None, description="A results store on a PersistentVolumeClaim.")
 
 
 class MetricsOptions(ApiModel):
@@ -387,6 +412,30 @@ class BatchBenchmarkSpec(ApiModel):
     metrics: MetricsOptions = Field(
         default_factory=MetricsOptions, description="The runner's Prometheus metrics and Pushgateway."
     )
+    results: ResultsOptions | None = Field(
+        default=None, description="Where the results are kept beyond the resource (results.store)."
+    )
+    baseline: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="Judge the run against this run in results.store: its run id, or 'last', the latest complete"
+        " run of the same workload (its fingerprint) that started before it. The Regressed condition says whether"
+        " its output tokens/s fell significantly (Welch's t-test on the repeats: give repeats 3 or more) and by"
+        " more than 5%; Unknown without repeats or without such a run.",
+    )
+
+    @model_validator(mode="after")
+    def _stored_runs(self) -> BatchBenchmarkSpec:
+        store = self.results.store if self.results is not None else None
+        if self.baseline is not None and store is None:
+            raise ValueError("spec.baseline: the baseline is a run in a results store: give spec.results.store too")
+        if store is not None and self.pods > 1:
+            raise ValueError(
+                "spec.results.store: a benchmark over several pods cannot keep its runs in a store yet (each pod"
+                " would store its own share); its merged results are in the status and `batchmark results`"
+            )
+        return self
 
     @model_validator(mode="after")
     def _no_gpus_on_cpu(self) -> BatchBenchmarkSpec:
@@ -513,8 +562,18 @@ class BatchBenchmarkSpec(ApiModel):
                 "slo": self.slo or {},
                 "cost": self.cost,
                 "repeats": self.repeats,
+                "store": self.store_folder,
+                "baseline": self.baseline,
             }
         )
+
+    @property
+    def store_folder(self) -> str | None:
+        """The results store's folder in the pod (None: no store)."""
+        store = self.results.store if self.results is not None else None
+        if store is None:
+            return None
+        return f"{contract.STORE_MOUNT_PATH}/{store.path}".rstrip("/")
 
 
 class Condition(ApiModel):
@@ -601,6 +660,9 @@ class BatchBenchmarkStatus(ApiModel):
         default=None, description="One compact entry per benchmark (written by the runner)."
     )
     headline: Headline | None = Field(default=None, description="The best benchmark's figures, for kubectl get.")
+    regression: RegressionStatus | None = Field(
+        default=None, description="The run against spec.baseline (written by the runner); see the Regressed condition."
+    )
 
 
 class BatchBenchmark(ApiModel):

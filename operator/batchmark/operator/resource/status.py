@@ -69,10 +69,15 @@ class Reason(StrEnum):
     OOM_KILLED = "OOMKilled"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    # The Regressed condition's (spec.baseline): the runner's verdict against the baseline.
+    REGRESSED = "Regressed"
+    NOT_REGRESSED = "NotRegressed"
+    NO_VERDICT = "NoVerdict"
 
 
 class ConditionType(StrEnum):
-    """The conditions every benchmark has; Admitted and Preempted only one queued through Kueue."""
+    """The conditions every benchmark has; Admitted and Preempted only one queued through Kueue, Regressed only
+    one with a baseline."""
 
     SCHEDULED = "Scheduled"
     ENGINE_LOADED = "EngineLoaded"
@@ -81,3 +86,4 @@ class ConditionType(StrEnum):
     RETRYING = "Retrying"
     ADMITTED = "Admitted"
     PREEMPTED = "Preempted"
+    REGRESSED = "Regressed"

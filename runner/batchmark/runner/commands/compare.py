@@ -15,10 +15,10 @@ from batchmark.runner.contract import EXIT_REGRESSED, EXIT_USAGE
 from batchmark.runner.observe.console import print_error, print_plain, print_warning
 from batchmark.runner.results.fingerprint import fingerprint, workload_differences
 from batchmark.runner.results.htmlreport.render import print_comparison, render
-from batchmark.runner.results.regression import DEFAULT_THRESHOLD, Verdict, describe, regression
+from batchmark.runner.results.regression import DEFAULT_THRESHOLD, describe, regression
 from batchmark.runner.results.repeats import SIGNIFICANCE, TEST, differ
-from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport
-from batchmark.runner.store.entries import StoredRun
+from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport, Verdict
+from batchmark.runner.store.baseline import LAST, BaselineError, baseline_run, stored_run
 from batchmark.runner.store.folder import FolderStore, StoreError
 
 # The figures compared beyond their intervals; the latency statistics both runs carry are added.
@@ -96,7 +96,10 @@ def _resolve(store: FolderStore | None, reference: str) -> tuple[str, RunReport]
     path = Path(reference)
     if store is None or path.exists():
         return path.stem, load_results(path)
-    run = _stored(store, reference, "results")
+    try:
+        run = stored_run(store, reference, "results")
+    except BaselineError as error:
+        raise UsageError(f"{error}; nor is it a file") from None
     return run.run_id, store.report(run)
 
 
@@ -105,42 +108,19 @@ def _numbered(names: list[str]) -> list[str]:
     return [f"{name} ({index + 1})" if names.count(name) > 1 else name for index, name in enumerate(names)]
 
 
-def _stored(store: FolderStore, reference: str, option: str) -> StoredRun:
-    runs = store.index().runs
-    exact = [run for run in runs if run.run_id == reference]
-    found = exact or [run for run in runs if reference and run.run_id.startswith(reference)]
-    if not found:
-        raise UsageError(f"{option}: {reference!r} is neither a file nor a run in the store {store.root}")
-    if len(found) > 1:
-        raise UsageError(f"{option}: {reference!r} starts {len(found)} stored runs' ids; give more of it")
-    return found[0]
-
-
 def _baseline(store: FolderStore | None, reference: str, candidate: RunReport) -> tuple[str, RunReport]:
     """The baseline: a file, a stored run, or ``last``, the latest complete stored run of the candidate's workload
     that started before it."""
-    if reference != "last":
-        path = Path(reference)
-        if store is None or path.exists():
-            return f"{path.stem} (baseline)", load_results(path)
-        run = _stored(store, reference, "--baseline")
-        return f"{run.run_id} (baseline)", store.report(run)
+    path = Path(reference)
+    if reference != LAST and (store is None or path.exists()):
+        return f"{path.stem} (baseline)", load_results(path)
     if store is None:
         raise UsageError("--baseline: last is the last run of the same workload in a store: give --store")
-    key = fingerprint(candidate).key
-    earlier = [
-        run
-        for run in store.index().runs
-        if run.fingerprint.key == key
-        and run.complete
-        and run.run_id != candidate.run_id
-        and run.created_at <= candidate.created_at
-    ]
-    if not earlier:
-        raise UsageError(
-            f"--baseline: no earlier complete run of this workload (fingerprint {key}) in the store {store.root}"
-        )
-    return f"{earlier[-1].run_id} (baseline)", store.report(earlier[-1])
+    try:
+        run = baseline_run(store, reference, candidate, "--baseline")
+    except BaselineError as error:
+        raise UsageError(str(error) if reference != LAST else f"--baseline: {error}") from None
+    return f"{run.run_id} (baseline)", store.report(run)
 
 
 def _check_comparable(reports: list[tuple[str, RunReport]]) -> None:

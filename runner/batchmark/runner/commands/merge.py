@@ -26,7 +26,10 @@ def merge_command(args: argparse.Namespace) -> int:
             raise UsageError("give at least two results files to merge")
         for output in args.output:
             if output.suffix.lower() not in OUTPUT_SUFFIXES:
-                raise UsageError(f"--output: {output}: the file name must end in .json, .yaml, .csv or .html")
+                raise UsageError(
+                    f"--output: {output}: the file name must end in .json, .yaml, .csv or .html"
+                    " (.br.yaml, .br.json: the llm-d Benchmark Report)"
+                )
             problem = output_problem(output, args.results)
             if problem is not None:
                 raise UsageError(f"--output: {output}: {problem}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -35,9 +35,11 @@ from batchmark.runner.observe.console import (
 from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer
 from batchmark.runner.observe.pushgateway import PushOutcome, push_results, run_succeeded
 from batchmark.runner.results.outputs import write_reports
-from batchmark.runner.results.report import RunReport
+from batchmark.runner.results.regression import describe
+from batchmark.runner.results.report import RegressionReport, RunReport
 from batchmark.runner.run.benchmark import BenchmarkRunner
 from batchmark.runner.run.events import RunObserver
+from batchmark.runner.store.baseline import judge
 from batchmark.runner.store.folder import FolderStore, StoreError
 
 
@@ -65,7 +67,7 @@ def _run(
     """Every benchmark of the config, its outputs, the push and the linger: the exit code."""
     observers: list[RunObserver] = [ConsoleObserver(console, show_progress=not args.quiet), *extra_observers]
     try:
-        runner = BenchmarkRunner(config, observers, stop=shutdown.stop)
+        runner = BenchmarkRunner(config, observers, stop=shutdown.stop, judge=_judge(config))
     except DataError as error:
         print_error(console, "run", f"--data: {error}")
         return EXIT_USAGE
@@ -144,10 +146,22 @@ def _serve_engine_node(console: Console, config: RunConfig, shutdown: Shutdown) 
     return shutdown.exit_code or outcome.code
 
 
+def _judge(config: RunConfig) -> Callable[[RunReport], RegressionReport] | None:
+    """The run's verdict against config.baseline in config.store (None: no baseline)."""
+    if config.store is None or config.baseline is None:
+        return None
+    store, baseline = FolderStore(store_folder(config.store)), config.baseline
+    return lambda report: judge(store, baseline, report)
+
+
 def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report: RunReport) -> int:
     """Write every output, print the summary; the exit code for what happened."""
     failed_outputs = write_reports(report, [Path(output) for output in config.outputs])
     print_summary(output_console(), report)
+    if report.regression is not None:
+        for entry in report.regression.benchmarks:
+            print_plain(console, f"against the baseline {report.regression.baseline}, {describe(entry)}")
+        print_plain(console, f"regressed {report.regression.verdict.value}: {report.regression.reason}")
     for output in config.outputs:
         if Path(output) in failed_outputs:
             print_error(console, "run", f"could not write {output}: {failed_outputs[Path(output)]}")

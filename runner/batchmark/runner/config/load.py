@@ -36,6 +36,7 @@ _OPTION_OF_FIELD = {
     "cost": "--gpu-cost-per-hour",
     "repeats": "--repeats",
     "store": "--store",
+    "baseline": "--baseline",
 }
 
 # Fields inside a section that have an option of their own.
@@ -71,8 +72,9 @@ def load_config(args: argparse.Namespace) -> RunConfig:
         merged["sample_requests"] = args.sample_requests
     if getattr(args, "repeats", None) is not None:
         merged["repeats"] = args.repeats
-    if getattr(args, "store", None) is not None:
-        merged["store"] = args.store
+    for option in ("store", "baseline"):
+        if getattr(args, option, None) is not None:
+            merged[option] = getattr(args, option)
     swept_on_the_command_line: set[str] = set()
     for text in getattr(args, "sweep", None) or []:
         try:

@@ -78,7 +78,8 @@ class RunConfig(ConfigModel):
     )
     outputs: list[str] = Field(
         default_factory=list,
-        description="Files to write: .json, .yaml/.yml, .csv or .html (a self-contained report) by extension.",
+        description="Files to write: .json, .yaml/.yml, .csv or .html (a self-contained report) by extension;"
+        " .br.yaml or .br.json: the llm-d Benchmark Report v0.2, one document per benchmark.",
     )
     sweep: SweepConfig | None = Field(
         default=None,
@@ -110,12 +111,29 @@ class RunConfig(ConfigModel):
         " runs/MODEL/HARDWARE/DATE/, with an index entry that `batchmark history` reads (null: none).",
     )
 
+    baseline: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="Judge the run against this stored run of the same workload: its id in the store, or 'last', the"
+        " latest complete one that started before it. The verdict (regressed: output tokens/s fell significantly,"
+        " by Welch's t-test on the repeats, and by more than 5%) is in the results and, in a pod, the status's"
+        " Regressed condition; without repeats, or without such a run, it is Unknown. Needs store.",
+    )
+
     @field_validator("store")
     @classmethod
     def _store_is_a_folder(cls, store: str | None) -> str | None:
         if store is not None:
             store_folder(store)
         return store
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_in_a_store(cls, baseline: str | None, info: ValidationInfo) -> str | None:
+        if baseline is not None and info.data.get("store") is None:
+            raise ValueError("the baseline is a run in a results store: give --store (store) too")
+        return baseline
 
     @field_validator("name", mode="before")
     @classmethod
@@ -251,7 +269,7 @@ class RunConfig(ConfigModel):
         return backend.with_engine_timings() if engine_timed_targets(self.slo) else backend
 
 
-OUTPUT_EXTENSIONS = (".json", ".yaml", ".yml", ".csv", ".html")
+OUTPUT_EXTENSIONS = (".json", ".yaml", ".yml", ".csv", ".html", ".br.yaml", ".br.json")
 
 
 def _tags(union: Any) -> frozenset[str]:

@@ -67,7 +67,7 @@ from batchmark.runner.engines.registry import engine_summary
 from batchmark.runner.observe.members import ReportGatherer, reporting_members, send_report
 from batchmark.runner.results.merge import MergeError, merge_reports
 from batchmark.runner.results.report import RunReport
-from batchmark.runner.results.summary import engine_status, run_summary, termination_message
+from batchmark.runner.results.summary import engine_status, regression_status, run_summary, termination_message
 from batchmark.runner.run.events import Progress, RunObserver
 from batchmark.runner.run.profiles import Strategy
 from batchmark.runner.statusfields import EngineStatus, ProgressStatus, headline
@@ -371,6 +371,9 @@ class StatusWriter(RunObserver):
         best = headline(summary)
         if best is not None:
             status["headline"] = best.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if report.regression is not None:
+            verdict = regression_status(report.regression)
+            status["regression"] = verdict.model_dump(mode="json", by_alias=True, exclude_none=True)
         created = self._create_results_config_map(report, config_map or "")
         if created:
             status["resultsConfigMap"] = created

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from batchmark.runner.config.safeload import load_json, load_yaml
+from batchmark.runner.results.benchmark_report import benchmark_report_text
 from batchmark.runner.results.htmlreport.render import render_report
 from batchmark.runner.results.report import Distributions, RunReport
 
@@ -32,7 +33,13 @@ _RUN_COLUMNS = ("name", "run_id", "engine", "model", "batch_size")
 def write_report(report: RunReport, path: Path) -> None:
     """Write atomically: a reader never sees half a file, and a failed write leaves the old one."""
     suffix = path.suffix.lower()
-    if suffix == ".json":
+    # The llm-d Benchmark Report's names end in a plain suffix too (Path("x.br.json").suffix is ".json").
+    name = path.name.lower()
+    if name.endswith((".br.yaml", ".br.yml")):
+        text = benchmark_report_text(report, "yaml")
+    elif name.endswith(".br.json"):
+        text = benchmark_report_text(report, "json")
+    elif suffix == ".json":
         text = report.model_dump_json(indent=2)
     elif suffix in (".yaml", ".yml"):
         text = yaml.safe_dump(report.model_dump(mode="json"), sort_keys=False)

@@ -8,42 +8,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from batchmark.runner.results.repeats import ENOUGH_REPEATS, SIGNIFICANCE, TEST, differ
-from batchmark.runner.results.report import RepeatedBenchmark, ResultModel, RunReport
+from batchmark.runner.results.report import (
+    BenchmarkVerdict,
+    RegressionReport,
+    RepeatedBenchmark,
+    RunReport,
+    Verdict,
+)
 
 # A drop smaller than this is not called a regression however significant (5%: the spread of single runs here).
 DEFAULT_THRESHOLD = 0.05
-
-
-class Verdict(StrEnum):
-    REGRESSED = "True"
-    NOT_REGRESSED = "False"
-    UNKNOWN = "Unknown"
-
-
-class BenchmarkVerdict(ResultModel):
-    benchmark: str = Field(description="The benchmark both runs hold: its strategy and swept values.")
-    baseline: float = Field(description="The baseline's mean output tokens/s.")
-    candidate: float = Field(description="The candidate's mean output tokens/s.")
-    change: float = Field(description="candidate / baseline - 1 (-0.1: 10% slower).")
-    change_low: float | None = Field(description="Lower end of the change's 95% interval (null: no repeats).")
-    change_high: float | None = Field(description="Upper end of the change's 95% interval (null: no repeats).")
-    p_value: float | None = Field(description=f"{TEST}'s p-value on the repeats (null: no repeats).")
-    verdict: Verdict = Field(description="True: regressed; False: not; Unknown: the repeats cannot say.")
-    weak: bool = Field(description=f"True when either side has fewer than {ENOUGH_REPEATS} repeats.")
-
-
-class RegressionReport(ResultModel):
-    verdict: Verdict = Field(description="True when any benchmark regressed; Unknown when none can be judged.")
-    threshold: float = Field(description="The smallest drop called a regression (0.05: 5%).")
-    benchmarks: list[BenchmarkVerdict] = Field(description="Each benchmark both runs hold.")
-    reason: str = Field(description="The verdict in one sentence.")
 
 
 def regression(baseline: RunReport, candidate: RunReport, threshold: float = DEFAULT_THRESHOLD) -> RegressionReport:
@@ -73,7 +52,9 @@ def regression(baseline: RunReport, candidate: RunReport, threshold: float = DEF
     else:
         verdict = Verdict.UNKNOWN
         reason = "no verdict without repeats: run both with --repeats 3 or more"
-    return RegressionReport(verdict=verdict, threshold=threshold, benchmarks=verdicts, reason=reason)
+    return RegressionReport(
+        baseline=baseline.run_id, verdict=verdict, threshold=threshold, benchmarks=verdicts, reason=reason
+    )
 
 
 def _judge(baseline: RepeatedBenchmark, candidate: RepeatedBenchmark, threshold: float) -> BenchmarkVerdict:

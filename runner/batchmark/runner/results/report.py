@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -393,6 +394,38 @@ class DataSummary(ResultModel):
     output_tokens: DistributionSummary = Field(description="Output lengths of the samples, tokens.")
 
 
+class Verdict(StrEnum):
+    """A condition's three values."""
+
+    REGRESSED = "True"
+    NOT_REGRESSED = "False"
+    UNKNOWN = "Unknown"
+
+
+class BenchmarkVerdict(ResultModel):
+    """One benchmark both runs hold, judged on its output tokens/s."""
+
+    benchmark: str = Field(description="The benchmark both runs hold: its strategy and swept values.")
+    baseline: float = Field(description="The baseline's mean output tokens/s.")
+    candidate: float = Field(description="The candidate's mean output tokens/s.")
+    change: float = Field(description="candidate / baseline - 1 (-0.1: 10% slower).")
+    change_low: float | None = Field(description="Lower end of the change's 95% interval (null: no repeats).")
+    change_high: float | None = Field(description="Upper end of the change's 95% interval (null: no repeats).")
+    p_value: float | None = Field(description="Welch's t-test's p-value on the repeats (null: no repeats).")
+    verdict: Verdict = Field(description="True: regressed; False: not; Unknown: the repeats cannot say.")
+    weak: bool = Field(description="True when either side has fewer than 3 repeats.")
+
+
+class RegressionReport(ResultModel):
+    """A run against its baseline (`--baseline`, spec.baseline)."""
+
+    baseline: str | None = Field(default=None, description="The baseline's run id (null: none was found).")
+    verdict: Verdict = Field(description="True when any benchmark regressed; Unknown when none can be judged.")
+    threshold: float = Field(description="The smallest drop called a regression (0.05: 5%).")
+    benchmarks: list[BenchmarkVerdict] = Field(description="Each benchmark both runs hold.")
+    reason: str = Field(description="The verdict in one sentence.")
+
+
 class RunReport(ResultModel):
     """Everything one ``batchmark run`` measured."""
 
@@ -418,6 +451,9 @@ class RunReport(ResultModel):
     repeats: int = Field(default=1, description="Times each benchmark was measured (repeats).")
     repeated: list[RepeatedBenchmark] | None = Field(
         default=None, description="With repeats: each benchmark's figures over its repeats, with intervals."
+    )
+    regression: RegressionReport | None = Field(
+        default=None, description="Against its baseline, when one was named (--baseline, spec.baseline)."
     )
     repeats_warning: str | None = Field(
         default=None,

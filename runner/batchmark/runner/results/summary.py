@@ -11,8 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from batchmark.runner.results.report import BenchmarkResult, EngineSummary, RunReport
-from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Interval, RequestTotals, RunSummary
+from batchmark.runner.results.report import BenchmarkResult, EngineSummary, RegressionReport, RunReport
+from batchmark.runner.statusfields import (
+    BenchmarkSummary,
+    EngineStatus,
+    Interval,
+    RegressionStatus,
+    RequestTotals,
+    RunSummary,
+)
 
 TERMINATION_MESSAGE_LIMIT = 4096
 STOP_REASON_LIMIT = 1024  # a run's stop reason may carry an engine's error; it must leave room for the rest
@@ -178,3 +185,18 @@ def _shrinking(results: Sequence[BenchmarkSummary]) -> list[list[BenchmarkSummar
         kept.pop(len(kept) // 2 if len(kept) > 2 else len(kept) - 1)
         versions.append(list(kept))
     return versions
+
+
+def regression_status(regression: RegressionReport) -> RegressionStatus:
+    """The verdict for the status: the benchmark that fell most, with its interval and test."""
+    worst = min(regression.benchmarks, key=lambda entry: entry.change, default=None)
+    return RegressionStatus(
+        verdict=regression.verdict.value,
+        baseline=regression.baseline,
+        change=worst.change if worst is not None else None,
+        change_low=worst.change_low if worst is not None else None,
+        change_high=worst.change_high if worst is not None else None,
+        p_value=worst.p_value if worst is not None else None,
+        threshold=regression.threshold,
+        reason=regression.reason,
+    )

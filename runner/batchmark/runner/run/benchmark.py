@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from batchmark.runner import __version__
@@ -42,6 +43,7 @@ from batchmark.runner.results.report import (
     BenchmarkResult,
     EngineLoad,
     EngineSummary,
+    RegressionReport,
     RunReport,
     SearchSummary,
     SweepSummary,
@@ -72,8 +74,11 @@ class BenchmarkRunner:
         config: RunConfig,
         observers: list[RunObserver] | None = None,
         stop: StopFlag | None = None,
+        judge: Callable[[RunReport], RegressionReport] | None = None,
     ) -> None:
         self.config = config
+        # The run against its baseline (config.baseline), judged before the observers hear of its end.
+        self.judge = judge
         self.observers = Observers(observers or [])
         self.stop = stop or StopFlag()
         self.failure: str | None = None  # why the engine failed, when it did
@@ -170,6 +175,8 @@ class BenchmarkRunner:
                     self._warm_up(self.config.sweep.warmup_requests)
             self._run_point(point, self._backends[point], results, repeat, visits_left=len(schedule) - visit - 1)
         report = self._report(results, time.monotonic() - started, reload_seconds, search_outcome)
+        if self.judge is not None:
+            report = report.model_copy(update={"regression": self.judge(report)})
         self.observers.on_phase("done")
         self.observers.on_run_end(report)
         return report

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from batchmark.runner.results.regression import Verdict, regression
+from batchmark.runner.results.regression import regression
 from batchmark.runner.results.repeats import estimate
-from batchmark.runner.results.report import RepeatedBenchmark, RunReport
+from batchmark.runner.results.report import RepeatedBenchmark, RunReport, Verdict
 from tests.unit.observability_data import simple_report
 
 

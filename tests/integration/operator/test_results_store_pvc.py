@@ -1,0 +1,111 @@
+"""spec.results.store and spec.baseline on real kubelets over containerd: benchmarks keep their runs on a
+PersistentVolumeClaim, the runs outlive the resources, and a later run is judged against an earlier one (the
+Regressed condition, the status's verdict and the operator's series), all in the runner image as built."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devtools.cluster.volumes import bind_local_volume, release_local_volume
+from tests.cli import run_in_process
+from tests.cluster_fixtures import KubeCluster
+from tests.integration.cluster.benchmark_pods import assert_succeeds_with_results
+from tests.integration.operator.conftest import example, kubectl_apply
+from tests.integration.operator.installed import InstalledOperator
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
+
+CLAIM = "results"
+WHOLE_RUN = {"results.json", "report.html", "config.yaml", "fingerprint.json"}
+
+
+@pytest.fixture
+def results_claim(container_cluster: KubeCluster, container_namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """The claim `results`, bound to a local PersistentVolume on gpu-node-0; its folder on this machine."""
+    folder = tmp_path / "results"
+    folder.mkdir(mode=0o755)
+    bind_local_volume(container_cluster, container_namespace, CLAIM, folder, nodes=["gpu-node-0"])
+    try:
+        yield folder
+    finally:
+        container_cluster.kubectl(
+            "delete", "bb", "--all", "-n", container_namespace, "--wait", "--timeout=120s", check=False
+        )
+        release_local_volume(container_cluster, container_namespace, CLAIM, wait=True)
+
+
+def stored_benchmark(cluster: KubeCluster, namespace: str, name: str, step_seconds: float, **spec: Any) -> None:
+    """Three repeats of a short run whose every engine step takes ``step_seconds`` (slept in full), kept in the
+    claim's store under nightly/."""
+    manifest = example("simulated-throughput.yaml", name=name)
+    manifest["spec"].update(
+        backend={
+            "kind": "vllm_python_batch",
+            "model": "Qwen/Qwen3-0.6B",
+            "engine": "simulated",
+            "batchSize": 16,
+            "simulation": {"timeScale": 1, "stepFixedSeconds": step_seconds},
+        },
+        data={"kind": "synthetic_text", "promptTokens": 32, "outputTokens": 16},
+        profile={"kind": "throughput", "maxConcurrency": 32},
+        constraints=[{"kind": "max_requests", "count": 64}],
+        repeats=3,
+        results={"store": {"claimName": CLAIM, "path": "nightly"}},
+        **spec,
+    )
+    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
+    assert applied.returncode == 0, applied.stderr
+
+
+def regressed(status: dict[str, Any]) -> dict[str, Any]:
+    return next(condition for condition in status["conditions"] if condition["type"] == "Regressed")
+
+
+def test_runs_outlive_their_benchmarks_and_a_regression_is_called(
+    batchmark_operator: InstalledOperator, results_claim: Path, container_namespace: str
+) -> None:
+    cluster, namespace, store = batchmark_operator.cluster, container_namespace, results_claim / "nightly"
+    stored_benchmark(cluster, namespace, "first", 0.01)
+    first = assert_succeeds_with_results(cluster, namespace, "first")["status"]
+    assert "Regressed" not in {condition["type"] for condition in first["conditions"]}
+
+    stored_benchmark(cluster, namespace, "equal", 0.01, baseline="last")
+    equal = assert_succeeds_with_results(cluster, namespace, "equal")["status"]
+    assert equal["regression"]["baseline"] == first["runId"]
+    assert (equal["regression"]["verdict"], regressed(equal)["status"]) == ("False", "False"), equal["regression"]
+    assert regressed(equal)["reason"] == "NotRegressed"
+
+    stored_benchmark(cluster, namespace, "slower", 0.03, baseline=first["runId"])
+    slower = assert_succeeds_with_results(cluster, namespace, "slower")["status"]
+    assert (slower["regression"]["verdict"], regressed(slower)["status"]) == ("True", "True"), slower["regression"]
+    assert regressed(slower)["reason"] == "Regressed"
+    assert slower["regression"]["change"] < -0.05
+    assert slower["regression"]["pValue"] < 0.05
+    assert regressed(slower)["message"] == slower["regression"]["reason"]
+    metrics = batchmark_operator.metrics()
+    labels = f'baseline="{first["runId"]}",name="slower",namespace="{namespace}"'
+    series = f"batchmark_operator_benchmark_regressed{{{labels}}} 1.0"
+    assert series in metrics, [line for line in metrics.splitlines() if "regressed" in line]
+
+    # The resources go; their runs stay, listed from the claim's folder.
+    deleted = cluster.kubectl("delete", "bb", "first", "equal", "slower", "-n", namespace, "--wait", "--timeout=120s")
+    assert deleted.returncode == 0, deleted.stderr
+    listed = run_in_process(["history", "--store", str(store), "--format", "csv"])
+    assert listed.code == 0, listed.stderr
+    rows = listed.stdout.splitlines()[1:]
+    assert [row.split(",")[1] for row in rows] == [first["runId"], equal["runId"], slower["runId"]]
+    assert all(",simulated,True," in row for row in rows)
+    # Each run whole, written by the runner's user.
+    for row in rows:
+        folder = store / row.split(",")[-1]
+        assert {path.name for path in folder.iterdir()} == {
+            "results.json",
+            "report.html",
+            "config.yaml",
+            "fingerprint.json",
+        }
