@@ -136,6 +136,24 @@ def test_a_store_that_cannot_be_written_fails_loudly_and_keeps_the_results(tmp_p
     assert not any((store / "runs").rglob("*")), "the run's folder, without its index entry, was left behind"
 
 
+def test_history_as_a_page_charts_throughput_over_time_per_model_and_hardware(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for model, repeats in (("org/a<b>", "1"), ("org/a<b>", "2"), ("org/c", "1")):
+        assert stored_run(store, "--repeats", repeats, model=model).code == 0
+    page = tmp_path / "history.html"
+    finished = history("--store", str(store), "-o", str(page))
+    assert finished.code == 0, finished.stderr
+    assert f"wrote {page} (3 runs)" in finished.message
+    html = page.read_text()
+    assert html.count('<figure class="chart"') == 2  # one per model on the one (simulated) GPU
+    assert "org/a&lt;b&gt; on 1 x simulated H100-class GPU: output tokens/s" in html
+    assert html.count('<g class="error-bar">') == 1  # the run with repeats
+    assert "SIMULATED ENGINE" in html
+    assert "Content-Security-Policy" in html
+    for run in listed(store):
+        assert f"<code>{run['run_id']}</code>" in html
+
+
 def test_a_damaged_index_entry_is_named_and_the_rest_listed(tmp_path: Path) -> None:
     store = tmp_path / "store"
     assert stored_run(store).code == 0
@@ -164,7 +182,7 @@ HISTORY_CASES: dict[str, tuple[list[str], list[str]]] = {
     "no runs": (["--store", "{t}", "--last", "0"], ["--last", "'0'", "1 or more"]),
     "a count that is not one": (["--store", "{t}", "--last", "ten"], ["--last", "'ten'"]),
     "an unknown format": (["--store", "{t}", "--format", "xml"], ["--format", "'xml'", "table, json, csv"]),
-    "an output that is HTML": (["--store", "{t}", "-o", "{t}/h.txt"], ["--output", "h.txt", ".json or .csv"]),
+    "an output that is text": (["--store", "{t}", "-o", "{t}/h.txt"], ["--output", "h.txt", ".json, .csv or .html"]),
     "an output in /proc": (["--store", "{t}", "-o", "/proc/h.json"], ["--output", "/proc/h.json"]),
 }
 

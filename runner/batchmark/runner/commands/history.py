@@ -20,6 +20,7 @@ from batchmark.runner.config.output_paths import output_problem
 from batchmark.runner.config.store import store_folder
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.observe.console import output_console, print_error, print_plain, print_warning
+from batchmark.runner.results.htmlreport.history import HistoryPoint, render_history
 from batchmark.runner.results.outputs import write_atomically
 from batchmark.runner.store.entries import StoredRun
 from batchmark.runner.store.folder import FolderStore, StoreError
@@ -76,7 +77,13 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     history.add_argument("--until", metavar="TIME", help="runs started before TIME (ISO 8601)")
     history.add_argument("--last", metavar="N", help="only the N most recent runs that match")
     history.add_argument("--format", default="table", help=f"how to print them: {', '.join(FORMATS)} (default table)")
-    history.add_argument("-o", "--output", metavar="PATH", help="write them to PATH (.json or .csv) instead")
+    history.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="write them to PATH instead: .json, .csv, or .html (a page with output tokens/s over time per model and"
+        " hardware, a series per workload, and the runs)",
+    )
 
 
 def history_command(args: argparse.Namespace) -> int:
@@ -95,7 +102,10 @@ def history_command(args: argparse.Namespace) -> int:
     if output_format == "table":
         _print_table(output_console(), selected)
         return 0
-    text = as_json(selected) if output_format == "json" else as_csv(selected)
+    if output_format == "html":
+        text = render_history([history_point(run) for run in selected], f"batchmark history: {args.store}")
+    else:
+        text = as_json(selected) if output_format == "json" else as_csv(selected)
     if args.output is None:
         print(text, end="")
         return 0
@@ -114,8 +124,8 @@ def _format(args: argparse.Namespace) -> str:
     if args.output is None:
         return str(args.format)
     suffix = Path(args.output).suffix.lower().lstrip(".")
-    if suffix not in ("json", "csv"):
-        raise UsageError(f"--output: {args.output}: the file name must end in .json or .csv")
+    if suffix not in ("json", "csv", "html"):
+        raise UsageError(f"--output: {args.output}: the file name must end in .json, .csv or .html")
     problem = output_problem(Path(args.output))
     if problem is not None:
         raise UsageError(f"--output: {args.output}: {problem}")
@@ -171,6 +181,24 @@ def _count(option: str, text: str | None) -> int | None:
     if count < 1:
         raise UsageError(f"{option}: {text!r} is not a whole number of runs, 1 or more")
     return count
+
+
+def history_point(run: StoredRun) -> HistoryPoint:
+    return HistoryPoint(
+        run_id=run.run_id,
+        started=_started(run).astimezone(datetime.UTC),
+        name=run.name,
+        model=run.model,
+        hardware=f"{run.gpus} x {run.gpu_name}" if run.gpu_name else "CPU",
+        engine="simulated" if run.simulated else f"{run.engine} {run.engine_version or ''}".strip(),
+        simulated=run.simulated,
+        workload=run.fingerprint.key,
+        output_tokens_per_second=run.output_tokens_per_second,
+        low=run.output_tokens_per_second_low,
+        high=run.output_tokens_per_second_high,
+        requests_per_second=run.requests_per_second,
+        complete=run.complete,
+    )
 
 
 def _started(run: StoredRun) -> datetime.datetime:

@@ -451,6 +451,11 @@ def _rate_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
     ]
 
 
+def environment() -> jinja2.Environment:
+    """The pages' templates (the report's, the history's), autoescaped."""
+    return _ENVIRONMENT
+
+
 def _inline_json(data: Any) -> str:
     """JSON safe inside a <script> element: with <, > and & as escapes, no text can end the element or start
     a comment-like state in it; JSON.parse reads the escapes back as the characters."""
@@ -469,7 +474,7 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
         if several
         else f"batchmark {first.name}: {first.engine.model} on {first.engine.kind}"
     )
-    template = _ENVIRONMENT.get_template("report.html.j2")
+    template = environment().get_template("report.html.j2")
     summary, latency = summary_rows(reports)
     printed = [fingerprint(report) for _, report in reports]
     return template.render(
