@@ -259,6 +259,7 @@ def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
         "modelCache": {"claimName": "hf-cache", "mountPath": "/cache/huggingface"},
         "hfTokenSecret": {"name": "hf-token", "key": "HF_TOKEN"},
         "queueName": "gpu-queue",
+        "results": {"store": {"claimName": "batchmark-results", "path": "nightly"}},
         "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
         "timeouts": {"pending": 600, "imagePull": 1800, "containerCreate": 120},
     }
@@ -402,6 +403,8 @@ BAD_VALUES = [
     (["operator.replicas=2"], "replicas"),
     (["benchmarkDefaults.image.digest=latest"], "benchmarkDefaults/image/digest"),
     (["benchmarkDefaults.modelCache.mountPath=models"], "benchmarkDefaults/modelCache/mountPath"),
+    (["benchmarkDefaults.results.store.path=/abs"], "benchmarkDefaults/results/store/path"),
+    (["benchmarkDefaults.results.store.claimName=Not_A_Name"], "benchmarkDefaults/results/store/claimName"),
     (["operator.securityContext.runAsUser=0"], "operator/securityContext/runAsUser"),
     (["alerts.failedFiresFor=1h30m"], "alerts/failedFiresFor"),
     (["benchmarkDefaults.imagePullSecrets=oops"], "benchmarkDefaults/imagePullSecrets"),

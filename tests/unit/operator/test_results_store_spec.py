@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from batchmark.operator.controller import children
 from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.operator.controller.status import Observation, build_status
-from batchmark.operator.resource.api import BatchBenchmarkSpec
+from batchmark.operator.resource.api import BatchBenchmarkSpec, OperatorDefaults
 from batchmark.runner import contract
 from tests.unit.operator.test_children import OWNER, pod_spec, spec
 from tests.unit.operator.test_status import job, pod
@@ -109,3 +109,15 @@ def test_the_spec_model_names_both_fields() -> None:
     fields = BatchBenchmarkSpec.model_fields
     assert fields["baseline"].description
     assert fields["results"].description
+
+
+def test_the_operators_default_store_is_given_to_one_pod_benchmarks_only() -> None:
+    defaults = OperatorDefaults.model_validate({"results": {"store": {"claimName": "shared", "path": "all"}}})
+    one_pod = defaults.apply(spec())
+    assert one_pod.results is not None
+    assert one_pod.run_config("a").store == f"{contract.STORE_MOUNT_PATH}/all"
+    own = defaults.apply(spec(results=STORE))
+    assert own.run_config("a").store == f"{contract.STORE_MOUNT_PATH}/team-a/nightly"
+    several = defaults.apply(spec(parallelism={"replicas": 2}, backend={**spec().backend.model_dump(by_alias=True)}))
+    assert several.results is None
+    assert several.run_config("a").store is None

@@ -687,6 +687,7 @@ _DEFAULTED_FIELDS = (
     "model_cache",
     "hf_token_secret",
     "queue_name",
+    "results",
 )
 
 
@@ -747,6 +748,9 @@ class OperatorDefaults(ApiModel):
     model_cache: ModelCache | None = Field(default=None, description="A volume of downloaded models.")
     hf_token_secret: SecretKeySelector | None = Field(default=None, description="Secret key with an HF token.")
     queue_name: str | None = Field(default=None, description="Kueue LocalQueue the Jobs are submitted to.")
+    results: ResultsOptions | None = Field(
+        default=None, description="The results store of one-pod benchmarks whose spec names none."
+    )
     # Not a spec field: which user a pod runs as is the cluster's policy, set once by whoever installs the operator.
     security_context: RunnerIdentity = Field(
         default_factory=RunnerIdentity, description="The IDs every benchmark pod runs as; null ones are the platform's."
@@ -769,6 +773,8 @@ class OperatorDefaults(ApiModel):
             for name in _DEFAULTED_FIELDS
             if getattr(spec, name) is None and getattr(self, name) is not None
         }
+        if spec.pods > 1:
+            updates.pop("results", None)  # a benchmark over several pods keeps no runs in a store (yet)
         device = spec.device or self.device or "gpu"
         updates["device"] = device
         if device == "cpu" and spec.image is None:
