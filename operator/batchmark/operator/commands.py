@@ -154,3 +154,23 @@ def _results(args: argparse.Namespace) -> int:
     from batchmark.operator.client.fetch import results_command  # noqa: PLC0415
 
     return results_command(args)
+
+
+def register_submit(commands: Subparsers) -> None:
+    parser = commands.add_parser(
+        "submit",
+        help="create a BatchBenchmark from a manifest (a fresh name each time with metadata.generateName)",
+        description="Create the BatchBenchmark of a manifest file, checked first as the operator would check it,"
+        " with the kubeconfig kubectl would use (in a pod, its service account). With metadata.generateName the API"
+        " server gives each one a fresh name: what the chart's scheduled benchmarks run.",
+    )
+    parser.add_argument("-f", "--file", required=True, help="the BatchBenchmark manifest (YAML or JSON)")
+    parser.add_argument("-n", "--namespace", help="where (default: the manifest's, else the kubeconfig context's)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    parser.set_defaults(handler=_submit)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from batchmark.operator.client.submit import submit_command  # noqa: PLC0415
+
+    return submit_command(args)

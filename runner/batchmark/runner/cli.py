@@ -90,9 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--store",
-        metavar="FOLDER",
-        help="keep the run in this results store beyond the run (a folder, or a file:// URL): its results, HTML "
-        "report, config and fingerprint under runs/MODEL/HARDWARE/DATE/, listed by `batchmark history`",
+        metavar="STORE",
+        help="keep the run in this results store beyond the run (a folder, a file:// URL, or s3://BUCKET[/PREFIX] "
+        "with the endpoint and credentials in AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY): its "
+        "results, HTML report, config and fingerprint under runs/MODEL/HARDWARE/DATE/, listed by `batchmark history`",
     )
     run.add_argument(
         "--baseline",
@@ -146,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline gives one",
     )
     compare.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML file")
-    compare.add_argument("--store", metavar="FOLDER", help="the results store the run ids are looked up in")
+    compare.add_argument(
+        "--store", metavar="STORE", help="the results store the run ids are looked up in (a folder or s3://...)"
+    )
     compare.add_argument(
         "--baseline",
         metavar="RUN",

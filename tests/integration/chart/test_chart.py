@@ -495,3 +495,41 @@ def test_the_rendered_rules_read_declared_series_and_labels() -> None:
     assert len(exprs) == 5
     for expr in exprs:
         assert not contract_problems(expr), f"{contract_problems(expr)} in {expr}"
+
+
+def test_a_schedule_creates_benchmarks_with_a_fresh_name_and_may_do_nothing_else() -> None:
+    documents = render([VALUES / "schedules.yaml"])
+    (cron_job,) = find(documents, "CronJob")
+    assert cron_job["metadata"]["namespace"] == "ml-benchmarks"
+    assert len(cron_job["metadata"]["name"]) <= 52
+    assert cron_job["spec"]["schedule"] == "0 2 * * *"
+    assert cron_job["spec"]["timeZone"] == "Etc/UTC"
+    assert cron_job["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron_job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["batchmark", "submit", "--file", "/etc/batchmark/schedule/benchmark.yaml"]
+    (deployment,) = find(documents, "Deployment")
+    assert container["image"] == deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    # Least privilege: its own account, which may create BatchBenchmarks in that namespace, and nothing else.
+    (role,) = [role for role in find(documents, "Role") if role["metadata"]["name"] == cron_job["metadata"]["name"]]
+    assert role["metadata"]["namespace"] == "ml-benchmarks"
+    assert role["rules"] == [{"apiGroups": ["batchmark.dev"], "resources": ["batchbenchmarks"], "verbs": ["create"]}]
+    (binding,) = [
+        each for each in find(documents, "RoleBinding") if each["roleRef"]["name"] == role["metadata"]["name"]
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "ml-benchmarks"}
+    ]
+    # The manifest it submits: a BatchBenchmark the operator takes, with a generated name and the schedule's label.
+    (config_map,) = [
+        each for each in find(documents, "ConfigMap") if each["metadata"]["name"] == role["metadata"]["name"]
+    ]
+    manifest = yaml.safe_load(config_map["data"]["benchmark.yaml"])
+    assert manifest["metadata"] == {
+        "generateName": "qwen3-nightly-",
+        "labels": {"batchmark.dev/schedule": "qwen3-nightly", "app.kubernetes.io/created-by": "batchmark"},
+    }
+    spec = BatchBenchmarkSpec.model_validate(manifest["spec"])
+    assert spec.baseline == "last"
+    assert spec.results is not None
+    assert not find(render(), "CronJob")  # none by default

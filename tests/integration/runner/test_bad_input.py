@@ -380,9 +380,13 @@ RUN_CASES: dict[str, tuple[RunCase, list[str]]] = {
         lambda t: run_args(extra=["--gpu-cost-per-hour", "2", "--gpus", "1000000000000000000000"]),
         ["--gpus"],
     ),
-    "store in S3": (
-        lambda t: run_args(extra=["--store", "s3://bucket/x"]),
-        ["--store", "s3:// stores are not supported"],
+    "store in an S3 bucket whose name is not one": (
+        lambda t: run_args(extra=["--store", "s3://Bad_Bucket/x"]),
+        ["--store", "'Bad_Bucket' is not a bucket's name"],
+    ),
+    "store in S3 with the credentials in its URL": (
+        lambda t: run_args(extra=["--store", "s3://AKIAEXAMPLE:secret@bucket/x"]),
+        ["--store", "an s3:// URL carries no credentials", "AWS_SECRET_ACCESS_KEY"],
     ),
     "store that is a file": (
         lambda t: run_args(extra=["--store", str(write(t / "f", "x"))]),
@@ -906,3 +910,62 @@ def test_results_gives_up_on_a_server_that_never_answers(tmp_path: Path, monkeyp
     assert f"cannot reach the API server https://127.0.0.1:{port}" in message
     assert "timed out" in message
     assert_no_dump(message)
+
+
+# `batchmark submit -f FILE` against a cluster that is not there: the manifest is checked as the operator would
+# check it before the first request.
+def benchmark_manifest(tmp_path: Path, **changes: object) -> Path:
+    manifest: dict[str, object] = {
+        "apiVersion": "batchmark.dev/v1alpha1",
+        "kind": "BatchBenchmark",
+        "metadata": {"generateName": "nightly-"},
+        "spec": yaml.safe_load(config_text(tmp_path)),
+    }
+    manifest.update(changes)
+    return write(tmp_path / "bb.yaml", yaml.safe_dump(manifest))
+
+
+SUBMIT_CASES: dict[str, tuple[Callable[[Path], Path], int, list[str]]] = {
+    "a file that is missing": (lambda t: t / "absent.yaml", 2, ["--file", "absent.yaml"]),
+    "a file that is not YAML": (lambda t: write(t / "bad.yaml", "a: [1\n"), 2, ["--file", "bad.yaml", "not YAML"]),
+    "a YAML alias bomb": (lambda t: write(t / "bomb.yaml", alias_bomb()), 2, ["--file", "bomb.yaml", "aliases"]),
+    "another kind": (
+        lambda t: benchmark_manifest(t, kind="Job"),
+        2,
+        ["--file", "not a BatchBenchmark of batchmark.dev/v1alpha1", "kind 'Job'"],
+    ),
+    "no name": (lambda t: benchmark_manifest(t, metadata={}), 2, ["metadata: give one of name or generateName"]),
+    "a name that is markup": (
+        lambda t: benchmark_manifest(t, metadata={"name": "[/x]"}),
+        2,
+        ["--file: metadata.name", "'[/x]'"],
+    ),
+    "a generateName in capitals": (
+        lambda t: benchmark_manifest(t, metadata={"generateName": "Nightly-"}),
+        2,
+        ["--file: metadata.generateName"],
+    ),
+    "a spec the operator refuses": (
+        lambda t: benchmark_manifest(t, spec={**yaml.safe_load(config_text(t)), "baseline": "last"}),
+        2,
+        ["bb.yaml: spec.", "results store"],
+    ),
+    "a server that refuses the connection": (
+        benchmark_manifest,
+        5,
+        ["cannot reach the API server https://127.0.0.1:", "refused"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SUBMIT_CASES))
+def test_submit_refuses_bad_input_before_asking_the_cluster(case: str, tmp_path: Path) -> None:
+    make_file, code, named = SUBMIT_CASES[case]
+    config = kubeconfig(tmp_path, f"https://127.0.0.1:{closed_port()}")
+    captured = run_in_process(["submit", "-f", str(make_file(tmp_path)), "--kubeconfig", str(config)])
+    assert captured.code == code
+    for text in named:
+        assert text in captured.message, captured.message
+    assert_no_dump(captured.message)
+    assert len(captured.stderr.strip().splitlines()) == 1, captured.stderr
+    assert captured.stdout == ""

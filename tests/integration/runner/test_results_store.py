@@ -175,7 +175,8 @@ def test_user_text_in_the_history_is_printed_literally(tmp_path: Path) -> None:
 
 HISTORY_CASES: dict[str, tuple[list[str], list[str]]] = {
     "no such store": (["--store", "{t}/none"], ["--store", "none", "no such folder"]),
-    "an S3 store": (["--store", "s3://bucket/runs"], ["--store", "s3:// stores are not supported"]),
+    "an S3 bucket that is not one": (["--store", "s3://Bad_Bucket/runs"], ["--store", "'Bad_Bucket' is not a bucket"]),
+    "another scheme": (["--store", "gs://bucket/runs"], ["--store", "gs:// stores are not supported"]),
     "a file:// URL on another host": (["--store", "file://server/runs"], ["--store", "names the host 'server'"]),
     "an empty store": (["--store", ""], ["--store", "names no folder"]),
     "a date that is not one": (["--store", "{t}", "--since", "yesterday"], ["--since", "'yesterday'", "ISO 8601"]),

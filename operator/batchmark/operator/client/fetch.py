@@ -162,7 +162,7 @@ def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunRepor
     except ApiException as error:
         raise ClusterError(f"the API server {server} refused: {error.status} {error.reason}") from None
     except urllib3.exceptions.HTTPError as error:
-        raise ClusterError(f"cannot reach the API server {server}: {_reason(error)}") from None
+        raise ClusterError(f"cannot reach the API server {server}: {reason_of(error)}") from None
     try:
         report = read_report_config_map(config_map)
     except ValidationError as error:
@@ -182,7 +182,7 @@ def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunRepor
     return report
 
 
-def _reason(error: urllib3.exceptions.HTTPError) -> str:
+def reason_of(error: urllib3.exceptions.HTTPError) -> str:
     """urllib3's innermost reason, without the object addresses it prints."""
     cause: BaseException = error
     while isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:

@@ -10,7 +10,6 @@ from rich.console import Console
 
 from batchmark.runner.commands.report import check_html_output, load_results, write_html
 from batchmark.runner.config.load import UsageError
-from batchmark.runner.config.store import store_folder
 from batchmark.runner.contract import EXIT_REGRESSED, EXIT_USAGE
 from batchmark.runner.observe.console import print_error, print_plain, print_warning
 from batchmark.runner.results.fingerprint import fingerprint, workload_differences
@@ -19,7 +18,7 @@ from batchmark.runner.results.regression import DEFAULT_THRESHOLD, describe, reg
 from batchmark.runner.results.repeats import SIGNIFICANCE, TEST, differ
 from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport, Verdict
 from batchmark.runner.store.baseline import LAST, BaselineError, baseline_run, stored_run
-from batchmark.runner.store.folder import FolderStore, StoreError
+from batchmark.runner.store.results_store import ResultsStore, StoreError, open_store
 
 # The figures compared beyond their intervals; the latency statistics both runs carry are added.
 _FIGURES = (
@@ -82,16 +81,16 @@ def _threshold(text: str | None) -> float:
     return percent / 100
 
 
-def _store(text: str | None) -> FolderStore | None:
+def _store(text: str | None) -> ResultsStore | None:
     if text is None:
         return None
     try:
-        return FolderStore(store_folder(text))
+        return open_store(text)
     except ValueError as error:
         raise UsageError(f"--store: {error}") from None
 
 
-def _resolve(store: FolderStore | None, reference: str) -> tuple[str, RunReport]:
+def _resolve(store: ResultsStore | None, reference: str) -> tuple[str, RunReport]:
     """A results file, or with --store a stored run by its id (or the id's unique start); with its label."""
     path = Path(reference)
     if store is None or path.exists():
@@ -108,7 +107,7 @@ def _numbered(names: list[str]) -> list[str]:
     return [f"{name} ({index + 1})" if names.count(name) > 1 else name for index, name in enumerate(names)]
 
 
-def _baseline(store: FolderStore | None, reference: str, candidate: RunReport) -> tuple[str, RunReport]:
+def _baseline(store: ResultsStore | None, reference: str, candidate: RunReport) -> tuple[str, RunReport]:
     """The baseline: a file, a stored run, or ``last``, the latest complete stored run of the candidate's workload
     that started before it."""
     path = Path(reference)

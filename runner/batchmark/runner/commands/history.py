@@ -17,13 +17,12 @@ from rich.text import Text
 
 from batchmark.runner.config.load import UsageError
 from batchmark.runner.config.output_paths import output_problem
-from batchmark.runner.config.store import store_folder
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.observe.console import output_console, print_error, print_plain, print_warning
 from batchmark.runner.results.htmlreport.history import HistoryPoint, render_history
 from batchmark.runner.results.outputs import write_atomically
 from batchmark.runner.store.entries import StoredRun
-from batchmark.runner.store.folder import FolderStore, StoreError
+from batchmark.runner.store.results_store import StoreError, open_store
 
 FORMATS = ("table", "json", "csv")
 # The columns of --format csv (the fingerprint's whole workload is in --format json).
@@ -67,7 +66,9 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "model, GPU, engine version, name, fingerprint and time. Filters take shell-style patterns (*, ?, [..]); "
         "all given must match.",
     )
-    history.add_argument("--store", required=True, help="the results store: a folder (a path or a file:// URL)")
+    history.add_argument(
+        "--store", required=True, help="the results store: a folder (a path or a file:// URL) or s3://BUCKET/PREFIX"
+    )
     history.add_argument("--model", metavar="PATTERN", help="the model, e.g. 'Qwen/*'")
     history.add_argument("--gpu", metavar="PATTERN", help="the device name, e.g. '*H100*'")
     history.add_argument("--engine-version", metavar="PATTERN", help="vLLM's version, e.g. '0.11.*'")
@@ -135,13 +136,13 @@ def _format(args: argparse.Namespace) -> str:
 def _selected(args: argparse.Namespace) -> tuple[list[StoredRun], list[str]]:
     """The matching entries, oldest first, and the index entries that could not be read."""
     try:
-        folder = store_folder(args.store)
+        store = open_store(args.store)
     except ValueError as error:
         raise UsageError(f"--store: {error}") from None
     since = _moment("--since", args.since)
     until = _moment("--until", args.until)
     last = _count("--last", args.last)
-    index = FolderStore(folder).index()
+    index = store.index()
     runs = [
         run
         for run in index.runs

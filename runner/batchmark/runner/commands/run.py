@@ -13,7 +13,6 @@ from rich.console import Console
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
 from batchmark.runner.config.load import UsageError, load_config
 from batchmark.runner.config.run import RunConfig
-from batchmark.runner.config.store import store_folder
 from batchmark.runner.contract import EXIT_ENGINE_FAILED, EXIT_FAILED, EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.data.records import DataError
 from batchmark.runner.dispatch.process_group import engine_processes, leftover_engines_warning
@@ -39,8 +38,8 @@ from batchmark.runner.results.regression import describe
 from batchmark.runner.results.report import RegressionReport, RunReport
 from batchmark.runner.run.benchmark import BenchmarkRunner
 from batchmark.runner.run.events import RunObserver
-from batchmark.runner.store.baseline import judge
-from batchmark.runner.store.folder import FolderStore, StoreError
+from batchmark.runner.store.baseline import judge_in
+from batchmark.runner.store.results_store import StoreError, open_store
 
 
 def run_command(
@@ -150,8 +149,8 @@ def _judge(config: RunConfig) -> Callable[[RunReport], RegressionReport] | None:
     """The run's verdict against config.baseline in config.store (None: no baseline)."""
     if config.store is None or config.baseline is None:
         return None
-    store, baseline = FolderStore(store_folder(config.store)), config.baseline
-    return lambda report: judge(store, baseline, report)
+    location, baseline = config.store, config.baseline
+    return lambda report: judge_in(location, baseline, report)
 
 
 def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report: RunReport) -> int:
@@ -177,7 +176,7 @@ def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report
 def _store(console: Console, store: str, report: RunReport) -> bool:
     """Keep the run in the results store; whether it was (a failure is said, and costs no other output)."""
     try:
-        entry = FolderStore(store_folder(store)).put(report)
+        entry = open_store(store).put(report)
     except StoreError as error:
         print_error(console, "run", f"--store: {error}; the results files are unaffected")
         return False

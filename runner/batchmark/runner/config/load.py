@@ -18,7 +18,7 @@ from batchmark.runner.config.output_paths import output_problem, store_problem
 from batchmark.runner.config.run import UNION_TAGS, RunConfig
 from batchmark.runner.config.safeload import UnusableFile, read_document
 from batchmark.runner.config.spec import SpecError, parse_spec, parse_sweep
-from batchmark.runner.config.store import store_folder
+from batchmark.runner.config.store import store_location
 from batchmark.runner.lifecycle.start_method import mp_context_name
 
 # Deeper nesting than this in a config is a mistake, and far deeper would exhaust Python's recursion limit.
@@ -116,7 +116,7 @@ def _check_writable(config: RunConfig, inputs: list[Path]) -> None:
         if problem is not None:
             raise UsageError(f"--output: {output}: {problem}")
     if config.store is not None:
-        problem = store_problem(store_folder(config.store))
+        problem = store_problem(store_location(config.store))
         if problem is not None:
             raise UsageError(f"--store: {config.store}: {problem}")
 
@@ -209,7 +209,8 @@ def describe_validation_error(error: ValidationError) -> str:
             message = f"unknown kind {problem['input'].get('kind')!r}; allowed: {expected}"
         elif problem["type"] == "union_tag_not_found":
             message = "kind is required"
-        elif "input" in problem and not isinstance(problem["input"], dict):
+        elif "input" in problem and not isinstance(problem["input"], dict) and location[:1] != ["store"]:
+            # Never the store's: its message shows what may be shown (an s3:// URL may carry a secret).
             message += f" (got {problem['input']!r})"
         if len(location) > 1:
             option = _OPTION_OF_NESTED_FIELD.get((location[0], location[1]), option)

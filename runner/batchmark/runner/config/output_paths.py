@@ -6,6 +6,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from batchmark.runner.config.store import S3Location, s3_store_problem
+
 
 def output_problem(path: Path, inputs: Sequence[Path] = ()) -> str | None:
     """Why ``path`` cannot be written, found before any work is done; None when it can.
@@ -31,8 +33,12 @@ def output_problem(path: Path, inputs: Sequence[Path] = ()) -> str | None:
     return None
 
 
-def store_problem(folder: Path) -> str | None:
-    """Why runs cannot be stored in ``folder`` (made on the first run), found before any work; None when they can."""
+def store_problem(location: Path | S3Location) -> str | None:
+    """Why runs cannot be stored in the folder (made on the first run) or the S3 bucket (reached and written: a
+    probe object put and deleted), found before any work; None when they can."""
+    if isinstance(location, S3Location):
+        return s3_store_problem(location)
+    folder = location
     if folder.exists() and not folder.is_dir():
         return "is not a folder"
     ancestor = folder.absolute()

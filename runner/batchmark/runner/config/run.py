@@ -21,7 +21,7 @@ from batchmark.runner.config.cost import CostConfig
 from batchmark.runner.config.data import DataConfig
 from batchmark.runner.config.profiles import ProfileConfig, SweepProfileConfig, TransientPhaseConfig
 from batchmark.runner.config.slo import engine_timed_targets, parse_slo_name
-from batchmark.runner.config.store import store_folder
+from batchmark.runner.config.store import store_location
 from batchmark.runner.config.sweep import SweepConfig, apply_overrides
 
 
@@ -107,8 +107,10 @@ class RunConfig(ConfigModel):
     store: str | None = Field(
         default=None,
         description="A results store to keep the run in beyond the run: a folder (a path or a file:// URL; on a"
-        " cluster, a mounted volume). Each run goes in whole (results, HTML report, config, fingerprint) under"
-        " runs/MODEL/HARDWARE/DATE/, with an index entry that `batchmark history` reads (null: none).",
+        " cluster, a mounted volume) or an S3-compatible bucket (s3://BUCKET[/PREFIX], the endpoint and credentials"
+        " from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). Each run goes in whole (results, HTML"
+        " report, config, fingerprint) under runs/MODEL/HARDWARE/DATE/, with an index entry that `batchmark history`"
+        " reads (null: none).",
     )
 
     baseline: str | None = Field(
@@ -123,9 +125,9 @@ class RunConfig(ConfigModel):
 
     @field_validator("store")
     @classmethod
-    def _store_is_a_folder(cls, store: str | None) -> str | None:
+    def _store_is_a_store(cls, store: str | None) -> str | None:
         if store is not None:
-            store_folder(store)
+            store_location(store)
         return store
 
     @field_validator("baseline")

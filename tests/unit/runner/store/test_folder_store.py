@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from batchmark.runner.results.report import RunReport
-from batchmark.runner.store import folder as folder_module
-from batchmark.runner.store.folder import FolderStore, StoreError
+from batchmark.runner.store import results_store as store_module
+from batchmark.runner.store.results_store import StoreError, open_store
 from tests.unit.observability_data import simple_report as short_report
 
 
@@ -16,12 +16,12 @@ def test_a_run_cut_short_while_written_leaves_nothing_a_reader_sees(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     report = short_report()
-    store = FolderStore(tmp_path)
+    store = open_store(str(tmp_path))
 
     def no_space(_: RunReport) -> str:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(folder_module, "render_report", no_space)
+    monkeypatch.setattr(store_module, "render_report", no_space)
     with pytest.raises(StoreError, match="No space left on device"):
         store.put(report)
     assert store.index().runs == []
@@ -34,7 +34,7 @@ def test_a_run_cut_short_while_written_leaves_nothing_a_reader_sees(
 
 def test_a_run_is_stored_once(tmp_path: Path) -> None:
     report = short_report()
-    store = FolderStore(tmp_path)
+    store = open_store(str(tmp_path))
     store.put(report)
     with pytest.raises(StoreError, match="already in the store"):
         store.put(report)
@@ -42,7 +42,7 @@ def test_a_run_is_stored_once(tmp_path: Path) -> None:
 
 
 def test_runs_are_listed_oldest_first(tmp_path: Path) -> None:
-    store = FolderStore(tmp_path)
+    store = open_store(str(tmp_path))
     later = short_report().model_copy(update={"run_id": "later", "created_at": "2026-12-06T10:00:00+00:00"})
     earlier = short_report().model_copy(update={"run_id": "earlier", "created_at": "2026-12-06T09:00:00+01:00"})
     same_second = later.model_copy(update={"run_id": "same-second"})
