@@ -168,6 +168,8 @@ OPTIONAL: dict[str, Any] = {
     "repeats": 3,
     "dataVolume": {"configMap": "prompts"},
     "parallelism": {"replicas": 2},
+    "results": {"store": {"claimName": "runs", "path": "nightly"}},
+    "baseline": "last",
 }
 # The required fields, each with another valid value.
 REQUIRED_CHANGED: dict[str, Any] = {
