@@ -1,6 +1,7 @@
 """A real S3-compatible server for tests: SeaweedFS's all-in-one `weed server` (master, volume server, filer) with
-its S3 gateway, bound to 127.0.0.1 on free ports, with one identity (an access key and its secret): requests
-without them are refused. ``s3_server()`` starts it in a folder of its own, waits until a bucket can be created and
+its S3 gateway, bound to one address (127.0.0.1 unless told; a local cluster's pods reach the host at their pod
+network's gateway) on free ports, with one identity (an access key and its secret): requests without them are
+refused. ``s3_server()`` starts it in a folder of its own, waits until a bucket can be created and
 an object written and read, yields where it is, and stops every process it started (its process group) at exit.
 
 The binary is built once by `scripts/setup/seaweedfs.sh` into ~/.cache/batchmark/seaweedfs-VERSION/weed;
@@ -119,22 +120,23 @@ def _identities(access_key: str, secret_key: str) -> str:
     )
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 now, all different (held open together while they are chosen)."""
+def free_ports(count: int, address: str = "127.0.0.1") -> list[int]:
+    """Ports free on ``address`` now, all different (held open together while they are chosen)."""
     with ExitStack() as stack:
         sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
         for held in sockets:
-            held.bind(("127.0.0.1", 0))
+            held.bind((address, 0))
         return [held.getsockname()[1] for held in sockets]
 
 
-def _command(binary: Path, folder: Path, ports: dict[str, int], config: Path) -> list[str]:
+def _command(binary: Path, folder: Path, ports: dict[str, int], config: Path, address: str) -> list[str]:
     return [
         str(binary),
         "server",
         f"-dir={folder / 'data'}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
+        # Every server (master, volume, filer, S3 gateway) listens on this address only, and names it to the others.
+        f"-ip={address}",
+        f"-ip.bind={address}",
         f"-master.port={ports['master']}",
         f"-master.port.grpc={ports['master.grpc']}",
         "-master.telemetry=false",
@@ -162,14 +164,14 @@ def _command(binary: Path, folder: Path, ports: dict[str, int], config: Path) ->
 
 
 @contextmanager
-def s3_server(bucket: str = "batchmark", binary: Path | None = None) -> Iterator[S3Server]:
-    """A SeaweedFS server with ``bucket`` made in it; every process it started is ended at exit, and its folder
-    removed."""
+def s3_server(bucket: str = "batchmark", binary: Path | None = None, address: str = "127.0.0.1") -> Iterator[S3Server]:
+    """A SeaweedFS server with ``bucket`` made in it, all its ports on ``address`` (an address of this machine,
+    IPv4); every process it started is ended at exit, and its folder removed."""
     binary = binary or locate_weed()
     folder = Path(tempfile.mkdtemp(prefix="batchmark-s3-"))
     try:
         for attempt in range(1, START_ATTEMPTS + 1):
-            process, server, ports = _start(binary, folder, bucket)
+            process, server, ports = _start(binary, folder, bucket, address)
             try:
                 _wait_until_usable(process, server)
             except _PortTaken:
@@ -195,7 +197,9 @@ class _PortTaken(Exception):
     pass
 
 
-def _start(binary: Path, folder: Path, bucket: str) -> tuple[subprocess.Popen[bytes], S3Server, dict[str, int]]:
+def _start(
+    binary: Path, folder: Path, bucket: str, address: str
+) -> tuple[subprocess.Popen[bytes], S3Server, dict[str, int]]:
     for stale in ("data", "log", "filer.sock", "s3.sock", "tmp"):
         path = folder / stale
         if path.is_dir():
@@ -208,7 +212,7 @@ def _start(binary: Path, folder: Path, bucket: str) -> tuple[subprocess.Popen[by
     config = folder / "s3.json"
     config.write_text(_identities(access_key, secret_key))
     config.chmod(0o600)
-    ports = dict(zip(_PORTS, free_ports(len(_PORTS)), strict=True))
+    ports = dict(zip(_PORTS, free_ports(len(_PORTS), address), strict=True))
     environment = {
         **os.environ,
         # Its logs go in TMPDIR, and it reads security.toml and filer.toml from ~/.seaweedfs and the working
@@ -218,7 +222,7 @@ def _start(binary: Path, folder: Path, bucket: str) -> tuple[subprocess.Popen[by
     }
     with (folder / "log").open("wb") as log:
         process = subprocess.Popen(
-            _command(binary, folder, ports, config),
+            _command(binary, folder, ports, config, address),
             cwd=folder,
             env=environment,
             stdin=subprocess.DEVNULL,
@@ -227,7 +231,7 @@ def _start(binary: Path, folder: Path, bucket: str) -> tuple[subprocess.Popen[by
             start_new_session=True,  # a process group of its own: ended whole at exit
         )
     server = S3Server(
-        endpoint=f"http://127.0.0.1:{ports['s3']}",
+        endpoint=f"http://{address}:{ports['s3']}",
         access_key=access_key,
         secret_key=secret_key,
         bucket=bucket,

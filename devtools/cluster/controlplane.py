@@ -508,6 +508,14 @@ class ControlPlane:
             return None
 
     @property
+    def pod_network(self) -> PodNetwork:
+        """The pods' network (runtime "containers"): pods reach this machine at its ``gateway``, so a server a
+        test starts for pods to use listens there."""
+        if self._network is None:
+            raise ClusterError('the control plane has no pod network (not started, or runtime "no-nodes")')
+        return self._network
+
+    @property
     def node_names(self) -> tuple[str, ...]:
         """The nodes' names; none without nodes (runtime="no-nodes")."""
         if self.runtime == "no-nodes":

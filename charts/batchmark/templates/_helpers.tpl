@@ -76,7 +76,14 @@ app.kubernetes.io/component: operator
 {{- if $d.modelCache.claimName }}{{ $_ := set $out "modelCache" (dict "claimName" $d.modelCache.claimName "mountPath" $d.modelCache.mountPath) }}{{ end }}
 {{- if $d.hfTokenSecret.name }}{{ $_ := set $out "hfTokenSecret" (dict "name" $d.hfTokenSecret.name "key" $d.hfTokenSecret.key) }}{{ end }}
 {{- with $d.queueName }}{{ $_ := set $out "queueName" . }}{{ end }}
-{{- if $d.results.store.claimName }}{{ $_ := set $out "results" (dict "store" (dict "claimName" $d.results.store.claimName "path" $d.results.store.path)) }}{{ end }}
+{{- with $d.results.store }}
+{{- if .claimName }}{{ $_ := set $out "results" (dict "store" (dict "claimName" .claimName "path" .path)) }}
+{{- else if .url }}
+{{- $bucket := dict "url" .url }}
+{{- range $key := list "endpoint" "region" "credentialsSecret" }}{{ with index $d.results.store $key }}{{ $_ := set $bucket $key . }}{{ end }}{{ end }}
+{{- $_ := set $out "results" (dict "store" $bucket) }}
+{{- end }}
+{{- end }}
 {{- with $d.timeouts }}{{ $_ := set $out "timeouts" (dict "pending" .pending "imagePull" .imagePull "containerCreate" .containerCreate) }}{{ end }}
 {{- /* Every ID written, a null one as null (helm drops a key set to null: `index` gives nil) and 0 as 0. */}}
 {{- $ids := $d.securityContext | default dict }}

@@ -263,6 +263,31 @@ def test_benchmark_defaults_render_into_the_operators_defaults_file() -> None:
         "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
         "timeouts": {"pending": 600, "imagePull": 1800, "containerCreate": 120},
     }
+    # Or a bucket: only what is given, the rest left to AWS's defaults and the pods' identity.
+    store = "benchmarkDefaults.results.store"
+    bucket = defaults_file(
+        render(
+            [VALUES / "custom-images.yaml"],
+            sets=[
+                f"{store}.claimName=",
+                f"{store}.path=",
+                f"{store}.url=s3://team-runs/nightly",
+                f"{store}.endpoint=https://minio.storage.svc:9000",
+                f"{store}.credentialsSecret=runs-s3",
+            ],
+        )
+    )
+    assert bucket["results"] == {
+        "store": {
+            "url": "s3://team-runs/nightly",
+            "endpoint": "https://minio.storage.svc:9000",
+            "credentialsSecret": "runs-s3",
+        }
+    }
+    operator_defaults = OperatorDefaults.model_validate(bucket)
+    assert operator_defaults.apply(plain_spec()).run_config("a").store == "s3://team-runs/nightly"
+    region = defaults_file(render(sets=[f"{store}.url=s3://team-runs", f"{store}.region=eu-west-3"]))
+    assert region["results"] == {"store": {"url": "s3://team-runs", "region": "eu-west-3"}}
 
 
 def test_a_change_of_defaults_rolls_the_operator() -> None:
@@ -405,6 +430,29 @@ BAD_VALUES = [
     (["benchmarkDefaults.modelCache.mountPath=models"], "benchmarkDefaults/modelCache/mountPath"),
     (["benchmarkDefaults.results.store.path=/abs"], "benchmarkDefaults/results/store/path"),
     (["benchmarkDefaults.results.store.claimName=Not_A_Name"], "benchmarkDefaults/results/store/claimName"),
+    (
+        ["benchmarkDefaults.results.store.claimName=runs", "benchmarkDefaults.results.store.url=s3://runs"],
+        "benchmarkDefaults/results/store/url",
+    ),
+    (["benchmarkDefaults.results.store.url=S3://Runs"], "benchmarkDefaults/results/store/url"),
+    (["benchmarkDefaults.results.store.url=http://minio:9000/runs"], "benchmarkDefaults/results/store/url"),
+    (
+        ["benchmarkDefaults.results.store.url=s3://runs", "benchmarkDefaults.results.store.path=nightly"],
+        "benchmarkDefaults/results/store/path",
+    ),
+    (
+        ["benchmarkDefaults.results.store.url=s3://runs", "benchmarkDefaults.results.store.endpoint=minio:9000"],
+        "benchmarkDefaults/results/store/endpoint",
+    ),
+    (["benchmarkDefaults.results.store.region=eu-west-3"], "benchmarkDefaults/results/store/region"),
+    (
+        ["benchmarkDefaults.results.store.claimName=runs", "benchmarkDefaults.results.store.credentialsSecret=s3"],
+        "benchmarkDefaults/results/store/credentialsSecret",
+    ),
+    (
+        ["benchmarkDefaults.results.store.url=s3://runs", "benchmarkDefaults.results.store.credentialsSecret=S3_Keys"],
+        "benchmarkDefaults/results/store/credentialsSecret",
+    ),
     (["operator.securityContext.runAsUser=0"], "operator/securityContext/runAsUser"),
     (["alerts.failedFiresFor=1h30m"], "alerts/failedFiresFor"),
     (["benchmarkDefaults.imagePullSecrets=oops"], "benchmarkDefaults/imagePullSecrets"),

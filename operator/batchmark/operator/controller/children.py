@@ -17,7 +17,12 @@ from batchmark.operator.resource.api import (
     GROUP,
     KIND,
     PLURAL,
+    S3_CREDENTIAL_KEYS,
+    S3_ENDPOINT_VARIABLE,
+    S3_OPTIONAL_CREDENTIAL_KEYS,
+    S3_REGION_VARIABLE,
     BatchBenchmarkSpec,
+    ResultsStore,
     RunnerIdentity,
 )
 from batchmark.runner.config.run import RunConfig
@@ -325,8 +330,9 @@ def runner_command(spec: BatchBenchmarkSpec) -> tuple[list[str], list[dict[str, 
 def runner_environment(
     owner: Owner, spec: BatchBenchmarkSpec
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The runner container's environment (the contract's variables, the caches, the token) and its volumes:
-    the config, shared memory, the model cache and the user's data, where the spec gives them."""
+    """The runner container's environment (the contract's variables, the caches, the token, an S3 store's
+    endpoint, region and credentials) and its volumes: the config, shared memory, the model cache, the user's
+    data and a results store's claim, where the spec gives them. The spec's own env comes last."""
     env: list[dict[str, Any]] = [
         {"name": ENV_NAMESPACE, "value": owner.namespace},
         {"name": ENV_NAME, "value": owner.name},
@@ -343,9 +349,11 @@ def runner_environment(
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(spec.shm_size)}},
     ]
     store = spec.results.store if spec.results is not None else None
-    if store is not None:
+    if store is not None and store.claim_name is not None:
         mounts.append({"name": "results-store", "mountPath": STORE_MOUNT_PATH})
         volumes.append({"name": "results-store", "persistentVolumeClaim": {"claimName": store.claim_name}})
+    elif store is not None:
+        env += s3_store_environment(store)
     if spec.model_cache is not None:
         mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
         volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}})
@@ -363,6 +371,24 @@ def runner_environment(
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
     env += [item.model_dump(by_alias=True, exclude_none=True) for item in spec.env or []]
     return env, mounts, volumes
+
+
+def s3_store_environment(store: ResultsStore) -> list[dict[str, Any]]:
+    """Where the runner finds an S3 store's bucket, the AWS way: the endpoint and the region where the store
+    names them, and the credentials from its Secret, by reference (the operator never reads them); without a
+    Secret, the pod's own identity. The spec's env never sets these too (BatchBenchmarkSpec refuses it)."""
+    env: list[dict[str, Any]] = []
+    if store.endpoint is not None:
+        env.append({"name": S3_ENDPOINT_VARIABLE, "value": store.endpoint})
+    if store.region is not None:
+        env.append({"name": S3_REGION_VARIABLE, "value": store.region})
+    if store.credentials_secret is not None:
+        for key in S3_CREDENTIAL_KEYS:
+            secret: dict[str, Any] = {"name": store.credentials_secret, "key": key}
+            if key in S3_OPTIONAL_CREDENTIAL_KEYS:
+                secret["optional"] = True
+            env.append({"name": key, "valueFrom": {"secretKeyRef": secret}})
+    return env
 
 
 def resources(spec: BatchBenchmarkSpec, gpus: int) -> dict[str, dict[str, str]]:

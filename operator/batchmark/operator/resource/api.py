@@ -8,6 +8,7 @@ Field names are camelCase, as Kubernetes writes them. The CRD's schema is genera
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -29,6 +30,7 @@ from batchmark.runner.config.cost import CostConfig
 from batchmark.runner.config.data import DataConfig
 from batchmark.runner.config.profiles import ProfileConfig
 from batchmark.runner.config.run import RunConfig
+from batchmark.runner.config.store import MAX_STORE_LENGTH, S3Location, s3_endpoint, store_location
 from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.engines.registry import engine_entry
 from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Headline, ProgressStatus, RegressionStatus
@@ -47,6 +49,21 @@ DEFAULT_IMAGE = f"ghcr.io/batchmark/batchmark-runner:{__version__}"
 DEFAULT_CPU_IMAGE = f"ghcr.io/batchmark/batchmark-runner-cpu:{__version__}"
 DEFAULT_METRICS_PORT = 8000
 GPU_RESOURCE = "nvidia.com/gpu"
+# What an S3 results store gives the runner's container, the AWS way the runner reads it
+# (batchmark.runner.config.store): the endpoint, the region, and the keys of credentialsSecret under their own
+# names (the session token optional).
+S3_ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
+S3_REGION_VARIABLE = "AWS_REGION"
+S3_CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+S3_OPTIONAL_CREDENTIAL_KEYS = ("AWS_SESSION_TOKEN",)
+# Per field of an S3 store, the variables of spec.env that would contradict it: the one it sets, and those read
+# before it (the runner takes AWS_ENDPOINT_URL_S3 first, and AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true for AWS
+# itself; pyarrow's AWS SDK reads AWS_DEFAULT_REGION before AWS_REGION).
+S3_STORE_VARIABLES: dict[str, tuple[str, ...]] = {
+    "endpoint": (S3_ENDPOINT_VARIABLE, "AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"),
+    "region": (S3_REGION_VARIABLE, "AWS_DEFAULT_REGION"),
+    "credentialsSecret": S3_CREDENTIAL_KEYS,
+}
 
 
 # A quantity as Kubernetes writes it: 2, "500m", "2Gi".
@@ -144,28 +161,130 @@ class DataVolume(ApiModel):
 
 
 class ResultsStore(ApiModel):
-    """A PersistentVolumeClaim that keeps the benchmark's runs beyond the resource: each run whole (results, HTML
-    report, config, fingerprint) under runs/MODEL/HARDWARE/DATE/, with an index that `batchmark history` reads."""
+    """Where the benchmark's runs are kept beyond the resource, each whole (results, HTML report, config,
+    fingerprint) under runs/MODEL/HARDWARE/DATE/, with an index that `batchmark history` reads: a
+    PersistentVolumeClaim (claimName, path), or a bucket of an S3-compatible object store (url; endpoint, region,
+    credentialsSecret). Give one of claimName or url."""
 
-    claim_name: str = Field(min_length=1, max_length=253, description="Name of the PersistentVolumeClaim.")
-    path: str = Field(
-        default="",
+    claim_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="Name of the PersistentVolumeClaim, mounted in the pod (not with url).",
+    )
+    path: str | None = Field(
+        default=None,
         max_length=1024,
-        description="The store's folder in the claim, relative to its root (default: the root).",
+        description="The store's folder in the claim, relative to its root (default: the root); only with claimName.",
+    )
+    url: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_STORE_LENGTH,
+        description="A bucket of an S3-compatible object store, s3://BUCKET[/PREFIX] (the runs and their index under"
+        " PREFIX), as `batchmark run --store` takes it; the bucket must exist. Before the run the runner puts and"
+        " deletes a probe object there, and fails at once (InvalidConfig) when it cannot. Not with claimName.",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2048,
+        description="The S3 server, http(s)://HOST[:PORT] (e.g. MinIO's, SeaweedFS's, Ceph's), given to the runner as"
+        " AWS_ENDPOINT_URL; default: AWS itself. Only with url.",
+    )
+    region: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        description="The bucket's region (e.g. eu-west-1), given to the runner as AWS_REGION; default: the SDK's"
+        " (us-east-1 where nothing says). Only with url.",
+    )
+    credentials_secret: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="A Secret in the benchmark's namespace with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        " (and optionally AWS_SESSION_TOKEN), given to the runner as those variables; default: none, the pod's own"
+        " identity (e.g. IRSA or workload identity through its ServiceAccount, or the node's). Only with url.",
     )
 
     @field_validator("path")
     @classmethod
-    def _inside_the_claim(cls, path: str) -> str:
-        if path.startswith("/") or ".." in path.split("/"):
+    def _inside_the_claim(cls, path: str | None) -> str | None:
+        if path is not None and (path.startswith("/") or ".." in path.split("/")):
             raise ValueError(f"{path!r} must be a relative path inside the claim, without '..'")
         return path
+
+    @field_validator("url")
+    @classmethod
+    def _an_s3_bucket(cls, url: str | None) -> str | None:
+        if url is not None and not isinstance(store_location(url), S3Location):
+            raise ValueError(
+                f"{url!r} is not an S3 bucket: give s3://BUCKET[/PREFIX] (for a folder, a PersistentVolumeClaim:"
+                " claimName and path)"
+            )
+        return url
+
+    @field_validator("endpoint")
+    @classmethod
+    def _an_s3_server(cls, endpoint: str | None) -> str | None:
+        if endpoint is None:
+            return None
+        try:
+            server = s3_endpoint({S3_ENDPOINT_VARIABLE: endpoint})
+        except ValueError as error:
+            raise ValueError(str(error).removeprefix(f"{S3_ENDPOINT_VARIABLE}: ")) from None
+        if server is None:
+            raise ValueError(f"{endpoint!r} names no S3 server: give http:// or https://HOST[:PORT], or leave it out")
+        return endpoint
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ResultsStore:
+        if (self.claim_name is None) == (self.url is None):
+            raise ValueError(
+                "give one of claimName (a PersistentVolumeClaim) or url (an S3 bucket, s3://BUCKET[/PREFIX])"
+            )
+        if self.url is not None and self.path is not None:
+            raise ValueError("path is the store's folder in claimName: in an S3 bucket, give it as url's PREFIX")
+        if self.claim_name is not None:
+            given = [field for field, value in self._s3_fields().items() if value is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)}: only with url (an S3 bucket), not with claimName")
+        return self
+
+    def _s3_fields(self) -> dict[str, str | None]:
+        return {"endpoint": self.endpoint, "region": self.region, "credentialsSecret": self.credentials_secret}
+
+    def env_conflict(self, env: Sequence[EnvVar], store: str) -> str | None:
+        """Why ``env`` (spec.env) cannot go with this store, named ``store`` in the message: a variable that one
+        of its fields gives the runner too, or that the runner reads before it (one would silently win over the
+        other); None when they go together."""
+        given = {field for field, value in self._s3_fields().items() if value is not None}
+        for index, variable in enumerate(env):
+            for field, names in S3_STORE_VARIABLES.items():
+                if field in given and variable.name in names:
+                    return (
+                        f"spec.env[{index}]: {variable.name} would contradict {store}.{field}, which the operator"
+                        f" gives the runner as {_given_as(field)}"
+                    )
+        return None
+
+
+def _given_as(field: str) -> str:
+    if field == "credentialsSecret":
+        return f"{', '.join(S3_CREDENTIAL_KEYS[:-1])} and {S3_CREDENTIAL_KEYS[-1]} (from the Secret)"
+    return S3_STORE_VARIABLES[field][0]
 
 
 class ResultsOptions(ApiModel):
     """Where the benchmark's results go beyond its status and ConfigMap."""
 
-    store: ResultsStore | None = Field(default=None, description="A results store on a PersistentVolumeClaim.")
+    store: ResultsStore | None = Field(
+        default=None,
+        description="A results store: a PersistentVolumeClaim (claimName) or an S3-compatible bucket (url).",
+    )
 
 
 class MetricsOptions(ApiModel):
@@ -435,6 +554,9 @@ class BatchBenchmarkSpec(ApiModel):
                 "spec.results.store: a benchmark over several pods cannot keep its runs in a store yet (each pod"
                 " would store its own share); its merged results are in the status and `batchmark results`"
             )
+        conflict = store.env_conflict(self.env or [], "spec.results.store") if store is not None else None
+        if conflict is not None:
+            raise ValueError(f"{conflict}: say it in one place")
         return self
 
     @model_validator(mode="after")
@@ -569,11 +691,14 @@ class BatchBenchmarkSpec(ApiModel):
 
     @property
     def store_folder(self) -> str | None:
-        """The results store's folder in the pod (None: no store)."""
+        """The results store as the runner's config names it: the claim's folder in the pod, or the bucket's
+        s3:// URL (None: no store)."""
         store = self.results.store if self.results is not None else None
         if store is None:
             return None
-        return f"{contract.STORE_MOUNT_PATH}/{store.path}".rstrip("/")
+        if store.url is not None:
+            return store.url
+        return f"{contract.STORE_MOUNT_PATH}/{store.path or ''}".rstrip("/")
 
 
 class Condition(ApiModel):
@@ -677,6 +802,8 @@ class BatchBenchmark(ApiModel):
 # --- the operator's defaults (--defaults FILE) -------------------------------------------------------------
 
 
+# The operator's default results store, as the chart names it.
+DEFAULT_STORE = "benchmarkDefaults.results.store"
 _DEFAULTED_FIELDS = (
     "image",
     "image_pull_policy",
@@ -775,6 +902,13 @@ class OperatorDefaults(ApiModel):
         }
         if spec.pods > 1:
             updates.pop("results", None)  # a benchmark over several pods keeps no runs in a store (yet)
+        store = self.results.store if "results" in updates and self.results is not None else None
+        conflict = store.env_conflict(spec.env or [], DEFAULT_STORE) if store is not None else None
+        if conflict is not None:
+            raise ValueError(
+                f"{conflict} (the operator's default store): leave it out of spec.env, or give the benchmark its own"
+                " spec.results.store"
+            )
         device = spec.device or self.device or "gpu"
         updates["device"] = device
         if device == "cpu" and spec.image is None:

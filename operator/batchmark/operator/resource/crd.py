@@ -76,6 +76,23 @@ _DATA_RULES: list[Schema] = [
     for name in ("promptTokens", "outputTokens")
 ]
 
+# ResultsStore's validator: a claim or a bucket, each with its own fields.
+_STORE_RULES: list[Schema] = [
+    {
+        "rule": "has(self.claimName) != has(self.url)",
+        "message": "give one of claimName (a PersistentVolumeClaim) or url (an S3 bucket, s3://BUCKET[/PREFIX])",
+    },
+    {
+        "rule": "!has(self.path) || has(self.claimName)",
+        "message": "path is the store's folder in claimName: in an S3 bucket, give it as url's PREFIX",
+        "fieldPath": ".path",
+    },
+    {
+        "rule": "has(self.url) || !(has(self.endpoint) || has(self.region) || has(self.credentialsSecret))",
+        "message": "endpoint, region and credentialsSecret go only with url (an S3 bucket), not with claimName",
+    },
+]
+
 
 def spec_schema() -> Schema:
     schema = structural_schema(BatchBenchmarkSpec)
@@ -89,6 +106,7 @@ def spec_schema() -> Schema:
     properties["dataVolume"]["x-kubernetes-validations"] = [
         {"rule": "has(self.configMap) != has(self.claimName)", "message": "give one of configMap or claimName"}
     ]
+    properties["results"]["properties"]["store"]["x-kubernetes-validations"] = list(_STORE_RULES)
     required = set(schema.get("required") or [])
     presence: list[Schema] = []
     for name, field in properties.items():
