@@ -22,7 +22,7 @@ from tests.cluster_fixtures import KubeCluster
 from tests.integration.cluster.benchmark_pods import assert_succeeds_with_results
 from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
 from tests.integration.operator.installed import InstalledOperator
-from tests.integration.runner.s3_fixtures import required_weed
+from tests.integration.runner.s3_fixtures import AWS_VARIABLES, required_weed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
@@ -32,21 +32,6 @@ STORE_URL = f"s3://{BUCKET}/{PREFIX}"
 CREDENTIALS = "nightly-s3"
 WRONG_CREDENTIALS = "nightly-s3-wrong"
 WHOLE_RUN = {"results.json", "report.html", "config.yaml", "fingerprint.json"}
-# Variables of this machine's own AWS set-up that would change where, or as whom, `batchmark history` connects.
-MACHINE_AWS_VARIABLES = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_ROLE_ARN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-)
 
 
 @pytest.fixture
@@ -156,7 +141,7 @@ def test_runs_are_kept_in_an_s3_bucket_with_a_secrets_credentials_and_wrong_ones
         "delete", "bb", "first", "equal", "wrong-key", "-n", namespace, "--wait", "--timeout=120s"
     )
     assert deleted.returncode == 0, deleted.stderr
-    for variable in MACHINE_AWS_VARIABLES:
+    for variable in AWS_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     for variable, value in server.environment().items():
         monkeypatch.setenv(variable, value)

@@ -49,6 +49,26 @@ def run_args(
     return args + list(extra)
 
 
+def stepped_run_args(step_fixed: float, *extra: str) -> list[str]:
+    """`run` on the simulated engine whose every step takes ``step_fixed`` seconds and more, slept in full
+    (time_scale 1, so that a loaded machine's harness moves the throughput little): 64 short requests in batches
+    of 16; ``extra`` options after."""
+    return [
+        "run",
+        "--quiet",
+        "--backend",
+        "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
+        f"simulation.time_scale=1,simulation.step_fixed_seconds={step_fixed}",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
+        "--profile",
+        "kind=throughput,max_concurrency=32",
+        "--constraint",
+        "kind=max_requests,count=64",
+        *extra,
+    ]
+
+
 def _stat(pid: int) -> list[str] | None:
     try:
         text = Path(f"/proc/{pid}/stat").read_text()

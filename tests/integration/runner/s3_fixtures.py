@@ -19,7 +19,7 @@ import pytest
 from devtools.s3server import S3Server, SeaweedFSMissingError, locate_weed, s3_server
 
 # Variables of the machine's own AWS set-up that would change where, or as whom, the store connects.
-_AWS_VARIABLES = (
+AWS_VARIABLES = (
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_S3",
     "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
@@ -69,7 +69,7 @@ class S3Store:
 def s3(s3_server_of_module: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> S3Store:
     """A store of the test's own on the module's server, and this process's environment pointed at it (and at
     nothing of the machine's: no ~/.aws, no instance metadata)."""
-    for variable in _AWS_VARIABLES:
+    for variable in AWS_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     for variable, value in s3_server_of_module.environment().items():
         monkeypatch.setenv(variable, value)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.cli import Finished, read_results, run_in_process
-from tests.integration.runner.harness import backend, run_args
+from tests.integration.runner.harness import backend, run_args, stepped_run_args
 
 pytestmark = pytest.mark.integration
 
@@ -203,26 +203,8 @@ def test_history_refuses_bad_input(case: str, tmp_path: Path) -> None:
 
 
 def repeated_run(store: Path, step_fixed: float, *extra: str) -> str:
-    """A stored run whose engine steps take ``step_fixed`` seconds and more (the modelled time slept in full, so
-    that a loaded machine's harness moves it little); its run id."""
-    finished = run_in_process(
-        [
-            "run",
-            "--quiet",
-            "--backend",
-            "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
-            f"simulation.time_scale=1,simulation.step_fixed_seconds={step_fixed}",
-            "--data",
-            "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
-            "--profile",
-            "kind=throughput,max_concurrency=32",
-            "--constraint",
-            "kind=max_requests,count=64",
-            "--store",
-            str(store),
-            *extra,
-        ]
-    )
+    """A stored run of a short stepped workload (harness.stepped_run_args); its run id."""
+    finished = run_in_process(stepped_run_args(step_fixed, "--store", str(store), *extra))
     assert finished.code == 0, finished.stderr
     return str(listed(store)[-1]["run_id"])
 
@@ -328,18 +310,8 @@ def test_a_run_is_judged_against_its_baseline_as_it_ends(tmp_path: Path) -> None
     base = repeated_run(store, 0.01, "--repeats", "3")
     output, page = tmp_path / "slower.json", tmp_path / "slower.html"
     finished = run_in_process(
-        [
-            "run",
-            "--quiet",
-            "--backend",
-            "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
-            "simulation.time_scale=1,simulation.step_fixed_seconds=0.03",
-            "--data",
-            "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
-            "--profile",
-            "kind=throughput,max_concurrency=32",
-            "--constraint",
-            "kind=max_requests,count=64",
+        stepped_run_args(
+            0.03,
             "--repeats",
             "3",
             "--store",
@@ -350,7 +322,7 @@ def test_a_run_is_judged_against_its_baseline_as_it_ends(tmp_path: Path) -> None
             str(output),
             "--output",
             str(page),
-        ]
+        )
     )
     assert finished.code == 0, finished.stderr  # the run did what it was asked; `compare --baseline` gates
     assert "regressed True: throughputx32: output tokens/s -" in finished.message

@@ -20,7 +20,7 @@ from batchmark.runner.config import store as store_config
 from batchmark.runner.results.outputs import write_reports
 from batchmark.runner.store import results_store
 from tests.cli import Finished, read_results, run_in_process
-from tests.integration.runner.harness import backend, run_args
+from tests.integration.runner.harness import backend, run_args, stepped_run_args
 from tests.integration.runner.s3_fixtures import S3Store, s3, s3_server_of_module
 
 pytestmark = pytest.mark.integration
@@ -175,26 +175,7 @@ def test_runs_are_kept_whole_in_a_bucket_and_listed(
 
 
 def repeated_run(store: S3Store, step_fixed: float, *extra: str) -> Finished:
-    return run_in_process(
-        [
-            "run",
-            "--quiet",
-            "--backend",
-            "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
-            f"simulation.time_scale=1,simulation.step_fixed_seconds={step_fixed}",
-            "--data",
-            "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
-            "--profile",
-            "kind=throughput,max_concurrency=32",
-            "--constraint",
-            "kind=max_requests,count=64",
-            "--repeats",
-            "3",
-            "--store",
-            store.url,
-            *extra,
-        ]
-    )
+    return run_in_process(stepped_run_args(step_fixed, "--repeats", "3", "--store", store.url, *extra))
 
 
 def test_compare_and_a_baseline_over_s3(s3: S3Store) -> None:
