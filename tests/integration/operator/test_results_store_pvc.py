@@ -9,13 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devtools.cluster.volumes import bind_local_volume, release_local_volume
 from tests.cli import run_in_process
 from tests.cluster_fixtures import KubeCluster
-from tests.integration.cluster.benchmark_pods import assert_succeeds_with_results
-from tests.integration.operator.conftest import example, kubectl_apply
+from tests.integration.cluster.benchmark_pods import apply_stepped_benchmark, assert_succeeds_with_results
 from tests.integration.operator.installed import InstalledOperator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
@@ -40,26 +38,9 @@ def results_claim(container_cluster: KubeCluster, container_namespace: str, tmp_
 
 
 def stored_benchmark(cluster: KubeCluster, namespace: str, name: str, step_seconds: float, **spec: Any) -> None:
-    """Three repeats of a short run whose every engine step takes ``step_seconds`` (slept in full), kept in the
-    claim's store under nightly/."""
-    manifest = example("simulated-throughput.yaml", name=name)
-    manifest["spec"].update(
-        backend={
-            "kind": "vllm_python_batch",
-            "model": "Qwen/Qwen3-0.6B",
-            "engine": "simulated",
-            "batchSize": 16,
-            "simulation": {"timeScale": 1, "stepFixedSeconds": step_seconds},
-        },
-        data={"kind": "synthetic_text", "promptTokens": 32, "outputTokens": 16},
-        profile={"kind": "throughput", "maxConcurrency": 32},
-        constraints=[{"kind": "max_requests", "count": 64}],
-        repeats=3,
-        results={"store": {"claimName": CLAIM, "path": "nightly"}},
-        **spec,
-    )
-    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
-    assert applied.returncode == 0, applied.stderr
+    """A short stepped benchmark kept in the claim's store under nightly/."""
+    store = {"store": {"claimName": CLAIM, "path": "nightly"}}
+    apply_stepped_benchmark(cluster, namespace, name, step_seconds, store, **spec)
 
 
 def regressed(status: dict[str, Any]) -> dict[str, Any]:

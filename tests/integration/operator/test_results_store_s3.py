@@ -13,14 +13,13 @@ from typing import Any
 
 import pyarrow.fs
 import pytest
-import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api, V1ObjectMeta, V1Secret
 
 from devtools.s3server import REGION, S3Server, s3_server
 from tests.cli import run_in_process
 from tests.cluster_fixtures import KubeCluster
-from tests.integration.cluster.benchmark_pods import assert_succeeds_with_results
-from tests.integration.operator.conftest import example, kubectl_apply, wait_for_phase
+from tests.integration.cluster.benchmark_pods import apply_stepped_benchmark, assert_succeeds_with_results
+from tests.integration.operator.conftest import wait_for_phase
 from tests.integration.operator.installed import InstalledOperator
 from tests.integration.runner.s3_fixtures import AWS_VARIABLES, required_weed
 
@@ -58,28 +57,10 @@ def bucket_server(container_cluster: KubeCluster, container_namespace: str) -> I
 def bucket_benchmark(
     cluster: KubeCluster, namespace: str, name: str, server: S3Server, credentials: str = CREDENTIALS, **spec: Any
 ) -> None:
-    """Three repeats of a short run whose every engine step takes 10 ms (slept in full), kept in the bucket
-    under nightly/ with the credentials of the Secret ``credentials``."""
-    manifest = example("simulated-throughput.yaml", name=name)
-    manifest["spec"].update(
-        backend={
-            "kind": "vllm_python_batch",
-            "model": "Qwen/Qwen3-0.6B",
-            "engine": "simulated",
-            "batchSize": 16,
-            "simulation": {"timeScale": 1, "stepFixedSeconds": 0.01},
-        },
-        data={"kind": "synthetic_text", "promptTokens": 32, "outputTokens": 16},
-        profile={"kind": "throughput", "maxConcurrency": 32},
-        constraints=[{"kind": "max_requests", "count": 64}],
-        repeats=3,
-        results={
-            "store": {"url": STORE_URL, "endpoint": server.endpoint, "region": REGION, "credentialsSecret": credentials}
-        },
-        **spec,
-    )
-    applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
-    assert applied.returncode == 0, applied.stderr
+    """A short stepped benchmark (10 ms steps) kept in the bucket under nightly/ with the credentials of the Secret
+    ``credentials``."""
+    store = {"url": STORE_URL, "endpoint": server.endpoint, "region": REGION, "credentialsSecret": credentials}
+    apply_stepped_benchmark(cluster, namespace, name, 0.01, {"store": store}, **spec)
 
 
 def stored_objects(server: S3Server) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,7 +146,7 @@ def check_outputs(outputs: list[str]) -> None:
 
 
 def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunReport:
-    try:
+    with api_errors(server):
         found = kube.get_benchmark(namespace, name)
         if found is None:
             raise UsageError(f"no BatchBenchmark {name} in namespace {namespace} on {server}")
@@ -159,10 +161,6 @@ def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunRepor
                 " kubectl get bb -o yaml shows the summary in status.results"
             )
         config_map = kube.get_config_map(namespace, config_map_name)
-    except ApiException as error:
-        raise ClusterError(f"the API server {server} refused: {error.status} {error.reason}") from None
-    except urllib3.exceptions.HTTPError as error:
-        raise ClusterError(f"cannot reach the API server {server}: {reason_of(error)}") from None
     try:
         report = read_report_config_map(config_map)
     except ValidationError as error:
@@ -180,6 +178,17 @@ def fetch_report(kube: Kube, server: str, namespace: str, name: str) -> RunRepor
             "not write it); kubectl get bb -o yaml shows the summary in status.results"
         )
     return report
+
+
+@contextmanager
+def api_errors(server: str) -> Iterator[None]:
+    """The client's errors as ClusterError: the server refused (its status), or could not be reached (why)."""
+    try:
+        yield
+    except ApiException as error:
+        raise ClusterError(f"the API server {server} refused: {error.status} {error.reason}") from None
+    except urllib3.exceptions.HTTPError as error:
+        raise ClusterError(f"cannot reach the API server {server}: {reason_of(error)}") from None
 
 
 def reason_of(error: urllib3.exceptions.HTTPError) -> str:

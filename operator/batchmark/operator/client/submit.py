@@ -13,18 +13,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from rich.console import Console
 
 from batchmark.operator.client.fetch import (
     ClusterError,
+    api_errors,
     check_kubeconfig,
     connect,
     context_namespace,
     find_kubeconfig,
-    reason_of,
 )
 from batchmark.operator.client.names import dns_label, dns_subdomain
 from batchmark.operator.resource.api import API_VERSION, KIND, PLURAL, BatchBenchmarkSpec
@@ -89,12 +87,8 @@ def submit_command(args: argparse.Namespace) -> int:
         namespace = args.namespace or given or context_namespace(kubeconfig)
         kube, server = connect(kubeconfig)
         body = {**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}}
-        try:
+        with api_errors(server):
             created = kube.request("POST", f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}", body)
-        except ApiException as error:
-            raise ClusterError(f"the API server {server} refused: {error.status} {error.reason}") from None
-        except urllib3.exceptions.HTTPError as error:
-            raise ClusterError(f"cannot reach the API server {server}: {reason_of(error)}") from None
     except UsageError as error:
         print_error(console, "submit", str(error))
         return EXIT_USAGE

@@ -6,7 +6,7 @@ from __future__ import annotations
 from batchmark.runner.results.fingerprint import fingerprint, workload_differences
 from batchmark.runner.results.regression import DEFAULT_THRESHOLD, regression
 from batchmark.runner.results.report import RegressionReport, RunReport, Verdict
-from batchmark.runner.store.entries import StoredRun
+from batchmark.runner.store.entries import StoredRun, utc
 from batchmark.runner.store.results_store import ResultsStore, StoreError, open_store
 
 LAST = "last"
@@ -30,14 +30,11 @@ def stored_run(store: ResultsStore, reference: str, option: str) -> StoredRun:
 
 def latest_of_workload(store: ResultsStore, report: RunReport) -> StoredRun:
     """The latest complete stored run of ``report``'s workload that started before it (never itself)."""
-    key = fingerprint(report).key
+    key, started = fingerprint(report).key, utc(report.created_at)
     earlier = [
         run
         for run in store.index().runs
-        if run.fingerprint.key == key
-        and run.complete
-        and run.run_id != report.run_id
-        and run.created_at <= report.created_at
+        if run.fingerprint.key == key and run.complete and run.run_id != report.run_id and run.started <= started
     ]
     if not earlier:
         raise BaselineError(f"no earlier complete run of this workload (fingerprint {key}) in the store {store.name}")

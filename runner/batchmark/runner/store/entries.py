@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from batchmark.runner.results.fingerprint import Fingerprint, fingerprint
@@ -35,10 +37,23 @@ class StoredRun(BaseModel):
     requests_per_second: float | None = Field(description="The headline benchmark's request throughput.")
     fingerprint: Fingerprint = Field(description="Its workload and stack: runs with equal keys are comparable.")
 
+    @property
+    def started(self) -> datetime.datetime:
+        """When the run started, in UTC."""
+        return utc(self.created_at)
 
-def stored_run(report: RunReport, folder: str, stored_at: str) -> StoredRun:
-    """The index entry of ``report`` stored in ``folder``."""
-    printed = fingerprint(report)
+
+def utc(timestamp: str) -> datetime.datetime:
+    """An ISO 8601 time as UTC (one without a zone is taken as UTC)."""
+    moment = datetime.datetime.fromisoformat(timestamp)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC)
+
+
+def stored_run(report: RunReport, folder: str, stored_at: str, printed: Fingerprint | None = None) -> StoredRun:
+    """The index entry of ``report`` stored in ``folder`` (``printed``: its fingerprint, where already made)."""
+    printed = printed or fingerprint(report)
     headline = _headline(report)
     low = high = None
     output = headline.throughput.output_tokens_per_second if headline is not None else None

@@ -30,10 +30,10 @@ from pydantic import ValidationError
 
 from batchmark.runner.config.safeload import load_json
 from batchmark.runner.config.store import S3Location, first_line, s3_filesystem, store_location
-from batchmark.runner.results.fingerprint import fingerprint
+from batchmark.runner.results.fingerprint import Fingerprint, fingerprint
 from batchmark.runner.results.htmlreport.render import render_report
 from batchmark.runner.results.report import RunReport
-from batchmark.runner.store.entries import StoredRun, stored_run
+from batchmark.runner.store.entries import StoredRun, stored_run, utc
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -76,13 +76,14 @@ class ResultsStore:
     def put(self, report: RunReport) -> StoredRun:
         """Store the run whole, then its index entry; StoreError when it cannot (nothing half-written is left
         where a reader looks)."""
-        started = _utc(report.created_at)
+        started = utc(report.created_at)
+        printed = fingerprint(report)
         entry_name = f"{started:%Y%m%dT%H%M%SZ}-{_slug(report.run_id)}.json"
         relative = "/".join(
             (
                 RUNS,
                 _slug(report.engine.model),
-                _hardware(report),
+                _hardware(report, printed),
                 f"{started:%Y-%m-%d}",
                 f"{started:%H%M%SZ}-{_slug(report.run_id)}",
             )
@@ -94,14 +95,14 @@ class ResultsStore:
                 RESULTS_FILE: lambda: report.model_dump_json(indent=2),
                 "report.html": lambda: render_report(report),
                 "config.yaml": lambda: yaml.safe_dump(report.config, sort_keys=False),
-                "fingerprint.json": lambda: fingerprint(report).model_dump_json(indent=2),
+                "fingerprint.json": lambda: printed.model_dump_json(indent=2),
             }
             if self.renames:
                 self._put_folder(relative, files)
             else:
                 self._put_objects(relative, files)
             stored_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
-            entry = stored_run(report, relative, stored_at)
+            entry = stored_run(report, relative, stored_at, printed)
             try:
                 self._write_entry(entry_name, entry.model_dump_json() + "\n")
             except BaseException:
@@ -139,7 +140,7 @@ class ResultsStore:
             except (ValidationError, ValueError) as error:
                 found.unreadable.append(f"{name}: {first_line(error)}")
         # Runs started in the same second are in the order they were stored.
-        found.runs.sort(key=lambda run: (_utc(run.created_at), _utc(run.stored_at)))
+        found.runs.sort(key=lambda run: (run.started, utc(run.stored_at)))
         return found
 
     def report(self, run: StoredRun) -> RunReport:
@@ -277,19 +278,12 @@ def _reason(error: BaseException) -> str:
     return re.sub(r"^\[Errno \d+\] ", "", first_line(error))
 
 
-def _utc(timestamp: str) -> datetime.datetime:
-    moment = datetime.datetime.fromisoformat(timestamp)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.astimezone(datetime.UTC)
-
-
 def _slug(text: str) -> str:
     """A folder name that keeps ``text`` readable: a model id's slash as "--", as Hugging Face's cache does."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace("/", "--")).strip("._-")
     return slug[:_MAX_SLUG] or "unnamed"
 
 
-def _hardware(report: RunReport) -> str:
-    gpus = fingerprint(report).workload["hardware"]["gpus"]
+def _hardware(report: RunReport, printed: Fingerprint) -> str:
+    gpus = printed.workload["hardware"]["gpus"]
     return _slug(f"{gpus}x-{report.engine.gpu_name}") if report.engine.gpu_name else "cpu"
