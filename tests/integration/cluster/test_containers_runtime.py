@@ -34,7 +34,7 @@ from tests.integration.operator.conftest import (
     wait_for_phase,
 )
 from tests.integration.operator.installed import InstalledOperator
-from tests.polling import wait_for
+from tests.polling import CLUSTER_PATIENCE_SECONDS, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
@@ -80,7 +80,9 @@ def test_the_operators_job_runs_the_benchmark_in_the_runner_image_as_its_user(
     pod = running_pod(cluster, namespace, name)
 
     # `batchmark run` is a process in a container: the image's file system is its root, the pod's user its user.
-    pid = wait_for("the runner's process", lambda: container_process(pod.metadata.uid, "run", "--config"), 60)
+    pid = wait_for(
+        "the runner's process", lambda: container_process(pod.metadata.uid, "run", "--config"), CLUSTER_PATIENCE_SECONDS
+    )
     root = Path(f"/proc/{pid}/root")
     assert os.stat(root).st_ino != os.stat("/").st_ino or os.stat(root).st_dev != os.stat("/").st_dev
     assert (root / "opt" / "batchmark" / "bin" / "batchmark").exists()
@@ -242,7 +244,7 @@ def test_run_as_non_root_refuses_an_image_whose_user_is_root(
         waiting = statuses[0].state.waiting if statuses else None  # type: ignore[union-attr]
         return waiting if waiting is not None and waiting.reason == "CreateContainerConfigError" else None
 
-    waiting = wait_for("the kubelet's refusal", refused, 60)
+    waiting = wait_for("the kubelet's refusal", refused, CLUSTER_PATIENCE_SECONDS)
     assert "container has runAsNonRoot and image will run as root" in waiting.message
 
 

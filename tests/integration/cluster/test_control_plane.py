@@ -17,7 +17,7 @@ from devtools.cluster.controlplane import GPU_TAINT, GPU_TOLERATION, ControlPlan
 from devtools.cluster.ociarchive import write_image_archive
 from tests.cluster_fixtures import KubeCluster, required_binaries, required_runtime
 from tests.integration.cluster.containers import container_process, cpu_weight, process_gone
-from tests.polling import wait_for
+from tests.polling import CLUSTER_PATIENCE_SECONDS, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -338,7 +338,7 @@ def test_deleting_the_pod_kills_its_process(kube_cluster: KubeCluster, kube_name
         wait_for(
             "the pod object to be removed",
             lambda: pod_phase(client, kube_namespace, name) is None,
-            timeout_seconds=60,
+            timeout_seconds=CLUSTER_PATIENCE_SECONDS,
         )
 
 
@@ -378,7 +378,11 @@ def test_the_harness_leaves_no_process_behind(tmp_path: Path) -> None:
             python_pod("sleeper", [{"name": "main", "image": image, "command": ["/pause"]}]),
         )
         with control_plane.api_client() as client:
-            wait_for("the pod to be Running", lambda: pod_phase(client, "default", "sleeper") == "Running", 60)
+            wait_for(
+                "the pod to be Running",
+                lambda: pod_phase(client, "default", "sleeper") == "Running",
+                CLUSTER_PATIENCE_SECONDS,
+            )
             uid = str(CoreV1Api(client).read_namespaced_pod("sleeper", "default").metadata.uid)  # type: ignore[union-attr]
         pid = wait_for("the container's process", lambda: container_process(uid, "/pause"), 30)
         recorded = processes.read_records(run_directory / "pids")
@@ -449,7 +453,11 @@ def test_pod_deadline_fails_the_pod_as_a_kubelet_does(kube_cluster: KubeCluster,
     create_pod(kube_cluster, kube_namespace, pod)
     with kube_cluster.api_client() as client:
         pid = running_process(client, kube_namespace, "overstays")
-        assert wait_for("the pod to fail", lambda: pod_phase(client, kube_namespace, "overstays") == "Failed", 60)
+        wait_for(
+            "the pod to fail",
+            lambda: pod_phase(client, kube_namespace, "overstays") == "Failed",
+            CLUSTER_PATIENCE_SECONDS,
+        )
         status = CoreV1Api(client).read_namespaced_pod_status("overstays", kube_namespace).status
     assert status is not None
     assert status.reason == "DeadlineExceeded"
@@ -497,7 +505,7 @@ def test_a_readiness_probe_decides_when_a_running_pod_is_ready(kube_cluster: Kub
     def gate(command: str) -> None:
         kube_cluster.kubectl("exec", "-n", kube_namespace, "gated", "--", command, "/tmp/gate")
 
-    wait_for("the pod to run, not ready", lambda: ready() == ("Running", False), 60)
+    wait_for("the pod to run, not ready", lambda: ready() == ("Running", False), CLUSTER_PATIENCE_SECONDS)
     gate("touch")
     wait_for("the pod to become Ready", lambda: ready() == ("Running", True))
     gate("rm")
@@ -599,7 +607,7 @@ def test_a_container_over_its_memory_limit_is_oom_killed_and_restarted_and_one_u
         pod = read_pod(kube_cluster, kube_namespace, "modest")
         return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
 
-    pod = wait_for("the modest pod to end", finished, 60)
+    pod = wait_for("the modest pod to end", finished, CLUSTER_PATIENCE_SECONDS)
     assert pod["status"]["phase"] == "Succeeded"
     terminated = container_status(pod, "main")["state"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("Completed", 0)

@@ -35,7 +35,7 @@ from devtools.cluster.kueue import (
     resource_flavor,
 )
 from tests.cluster_fixtures import KubeCluster
-from tests.polling import wait_for
+from tests.polling import CLUSTER_PATIENCE_SECONDS, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -294,7 +294,7 @@ def test_kueue_admits_a_jobset_whole_once_its_quota_covers_every_pod(
                     return dict(workload)
         return None
 
-    workload = wait_for("Kueue to find the JobSet's Workload wanting quota", pending_workload, 60)
+    workload = wait_for("Kueue to find the JobSet's Workload wanting quota", pending_workload, CLUSTER_PATIENCE_SECONDS)
     # One Workload, a PodSet per replicatedJob, counting all three pods.
     assert {pod_set["name"]: pod_set["count"] for pod_set in workload["spec"]["podSets"]} == {"leader": 1, "workers": 2}
     # Two of its three pods would fit: none runs. JobSet made its Jobs suspended, and they made no pods.

@@ -29,7 +29,7 @@ from devtools.cluster.kueue import (
     workload_priority_class,
 )
 from tests.cluster_fixtures import KubeCluster
-from tests.polling import wait_for
+from tests.polling import CLUSTER_PATIENCE_SECONDS, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -278,7 +278,8 @@ def test_cluster_queues_sharing_a_cohort_reclaim_their_nominal_share(
             b = len([job for job in jobs(queues, other_namespace) if unsuspended(job) and not finished(job)])
             return (a, b) if (a, b) == (2, 2) else None
 
-        assert wait_for("each team to hold its nominal 2 GPUs", shares, timeout_seconds=60) == (2, 2)
+        held = wait_for("each team to hold its nominal 2 GPUs", shares, timeout_seconds=CLUSTER_PATIENCE_SECONDS)
+        assert held == (2, 2)
         evicted = [
             workload
             for workload in workloads(queues, kube_namespace)
@@ -370,7 +371,7 @@ def test_kueue_reports_queue_positions_through_the_api_server(
             owner_names(pending_workloads(kube_cluster, f"namespaces/{kube_namespace}/localqueues/team"))
             == ["wait-2", "wait-3"]
         ),
-        timeout_seconds=60,
+        timeout_seconds=CLUSTER_PATIENCE_SECONDS,
     )
     in_team = pending_workloads(kube_cluster, f"namespaces/{kube_namespace}/localqueues/team")
     assert [item["positionInLocalQueue"] for item in in_team] == [0, 1]
