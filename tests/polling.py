@@ -10,8 +10,8 @@ Result = TypeVar("Result")
 
 # How long a test waits for a kubelet or a controller to act on its pods (start them, end them, admit or finish
 # their Jobs) where the acting, not its speed, is what the test asserts. What takes seconds on a free machine took
-# over a minute in CI while an engine's 7 GB image went onto another cluster's node beside it (its writes stall
-# the nodes' containerd and the API server's etcd) and vLLM held both cores. Kubernetes' own end-to-end tests give
+# over a minute in CI, where vLLM holds both cores and the demo puts an engine's 7 GB image onto its node beside
+# the session's cluster (writes that stall other processes' writes). Kubernetes' own end-to-end tests give
 # a pod five minutes to start (framework.PodStartTimeout) for the same reason. A longer wait lets no wrong outcome
 # pass, only a slow right one: every such test waits for an end its subject would otherwise never reach in time
 # (a pod that sleeps ten minutes, a queue that never drains).

@@ -107,6 +107,8 @@ EXIT_REGRESSED: Final = 6
 
 # resultsConfigMap: the ConfigMap the runner created for its full report (one per attempt, the latest named).
 # regression: the run against spec.baseline, from which the operator sets the Regressed condition.
+# runnerImage (the operator's): the current pod's runner image as its kubelet reports it, which the runner reads
+# back into its report (in its pod it cannot learn its image's digest).
 RUNNER_STATUS_FIELDS: Final = frozenset(
     {"progress", "engine", "results", "headline", "runId", "resultsConfigMap", "regression"}
 )
@@ -126,6 +128,7 @@ OPERATOR_STATUS_FIELDS: Final = frozenset(
         "replicas",
         "preemptions",
         "queue",
+        "runnerImage",
     }
 )
 # The runner's end-of-run fields, which the operator writes only when the run finished and the runner could not:

@@ -1,5 +1,6 @@
-"""The fields of a BatchBenchmark's status that the runner writes, as models, and the summary of a run that its
-pod's termination message carries (from which the operator fills those fields when the runner could not).
+"""The fields of a BatchBenchmark's status that the runner writes, as models, the summary of a run that its
+pod's termination message carries (from which the operator fills those fields when the runner could not), and the
+operator's field the runner reads back (runnerImage: its own image, which it cannot learn in its pod).
 
 Half of the operator–runner contract (batchmark.runner.contract names the fields and who writes each): the
 operator reads and validates these, so they import no more than pydantic; building them from a run's full
@@ -9,6 +10,7 @@ report is batchmark.runner.results.summary's.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -121,6 +123,11 @@ class RunSummary(SummaryModel):
     certainty: str | None = Field(
         default=None, description="With repeats: distinguishable, tied or unknown against the runner-up."
     )
+    output_failure: str | None = Field(
+        default=None,
+        description="What could not be written once the run had ended (the results store, an output file): the"
+        " results themselves are in the status.",
+    )
 
 
 def parse_summary(text: str) -> RunSummary | None:
@@ -192,6 +199,31 @@ class RegressionStatus(SummaryModel):
     p_value: float | None = Field(default=None, description="Welch's t-test's p-value for that benchmark.")
     threshold: float = Field(description="The smallest drop called a regression (0.05: 5%).")
     reason: str = Field(description="The verdict in one sentence.")
+
+
+# An image's digest as a container runtime reports it in imageID: alone (containerd's image ID, sha256:...), after
+# the image's name (NAME@sha256:..., a digest of the registry's) or after docker's scheme (docker://sha256:...).
+_IMAGE_DIGEST = re.compile(r"(?:^|[@/])(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$")
+
+
+class RunnerImageStatus(SummaryModel):
+    """The image the runner container of the benchmark's current pod runs, as its kubelet reports it. The runner
+    cannot learn its own image's digest in its pod (the downward API has none): the operator writes it here from
+    the pod's status, and the runner reads it back into its report."""
+
+    image: str = Field(description="The image, as the kubelet reports it (the container status's image).")
+    image_id: str = Field(
+        alias="imageID",
+        description="The image's ID, as the container runtime reports it (the container status's imageID): its"
+        " digest, alone (sha256:...) or after the image's name (NAME@sha256:...).",
+    )
+    pod_name: str = Field(description="The pod whose runner container reported it.")
+
+    @property
+    def digest(self) -> str | None:
+        """The digest in imageID (sha256:...), or None where it holds none."""
+        found = _IMAGE_DIGEST.search(self.image_id)
+        return found.group(1) if found else None
 
 
 def headline(summary: RunSummary) -> Headline | None:

@@ -1,19 +1,22 @@
 """spec.results.store and spec.baseline on real kubelets over containerd: benchmarks keep their runs on a
-PersistentVolumeClaim, the runs outlive the resources, and a later run is judged against an earlier one (the
-Regressed condition, the status's verdict and the operator's series), all in the runner image as built."""
+PersistentVolumeClaim, the runs outlive the resources, each names the runner image's digest its kubelet reported,
+and a later run is judged against an earlier one (the Regressed condition, the status's verdict and the operator's
+series), all in the runner image as built."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from batchmark.operator.controller.children import RUNNER_CONTAINER
 from devtools.cluster.volumes import bind_local_volume, release_local_volume
 from tests.cli import run_in_process
 from tests.cluster_fixtures import KubeCluster
-from tests.integration.cluster.benchmark_pods import apply_stepped_benchmark, assert_succeeds_with_results
+from tests.integration.cluster.benchmark_pods import apply_stepped_benchmark, assert_succeeds_with_results, pod_of
 from tests.integration.operator.installed import InstalledOperator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
@@ -43,6 +46,19 @@ def stored_benchmark(cluster: KubeCluster, namespace: str, name: str, step_secon
     apply_stepped_benchmark(cluster, namespace, name, step_seconds, store, **spec)
 
 
+def kubelets_digest(cluster: KubeCluster, namespace: str, name: str, status: dict[str, Any]) -> str:
+    """The digest of the runner image the benchmark's pod ran, from the imageID its kubelet reports (containerd's:
+    sha256:... for an image imported into the node, NAME@sha256:... for one pulled), which the operator copied into
+    the status."""
+    pod = pod_of(cluster, namespace, name)
+    assert pod is not None
+    (runner,) = [each for each in pod.status.container_statuses or [] if each.name == RUNNER_CONTAINER]
+    assert status["runnerImage"] == {"image": runner.image, "imageID": runner.image_id, "podName": pod.metadata.name}
+    digest = str(runner.image_id).rsplit("@", 1)[-1]
+    assert digest.startswith("sha256:"), runner.image_id
+    return digest
+
+
 def regressed(status: dict[str, Any]) -> dict[str, Any]:
     return next(condition for condition in status["conditions"] if condition["type"] == "Regressed")
 
@@ -54,12 +70,14 @@ def test_runs_outlive_their_benchmarks_and_a_regression_is_called(
     stored_benchmark(cluster, namespace, "first", 0.01)
     first = assert_succeeds_with_results(cluster, namespace, "first")["status"]
     assert "Regressed" not in {condition["type"] for condition in first["conditions"]}
+    digests = [kubelets_digest(cluster, namespace, "first", first)]
 
     stored_benchmark(cluster, namespace, "equal", 0.01, baseline="last")
     equal = assert_succeeds_with_results(cluster, namespace, "equal")["status"]
     assert equal["regression"]["baseline"] == first["runId"]
     assert (equal["regression"]["verdict"], regressed(equal)["status"]) == ("False", "False"), equal["regression"]
     assert regressed(equal)["reason"] == "NotRegressed"
+    digests.append(kubelets_digest(cluster, namespace, "equal", equal))
 
     stored_benchmark(cluster, namespace, "slower", 0.03, baseline=first["runId"])
     slower = assert_succeeds_with_results(cluster, namespace, "slower")["status"]
@@ -68,6 +86,7 @@ def test_runs_outlive_their_benchmarks_and_a_regression_is_called(
     assert slower["regression"]["change"] < -0.05
     assert slower["regression"]["pValue"] < 0.05
     assert regressed(slower)["message"] == slower["regression"]["reason"]
+    digests.append(kubelets_digest(cluster, namespace, "slower", slower))
     metrics = batchmark_operator.metrics()
     labels = f'baseline="{first["runId"]}",name="slower",namespace="{namespace}"'
     series = f"batchmark_operator_benchmark_regressed{{{labels}}} 1.0"
@@ -81,8 +100,8 @@ def test_runs_outlive_their_benchmarks_and_a_regression_is_called(
     rows = listed.stdout.splitlines()[1:]
     assert [row.split(",")[1] for row in rows] == [first["runId"], equal["runId"], slower["runId"]]
     assert all(",simulated,True," in row for row in rows)
-    # Each run whole, written by the runner's user.
-    for row in rows:
+    # Each run whole, written by the runner's user, its fingerprint's stack naming the image its kubelet ran.
+    for row, digest in zip(rows, digests, strict=True):
         folder = store / row.split(",")[-1]
         assert {path.name for path in folder.iterdir()} == {
             "results.json",
@@ -90,3 +109,5 @@ def test_runs_outlive_their_benchmarks_and_a_regression_is_called(
             "config.yaml",
             "fingerprint.json",
         }
+        stack = json.loads((folder / "fingerprint.json").read_text(encoding="utf-8"))["stack"]
+        assert stack["image"]["digest"] == digest, stack

@@ -40,18 +40,21 @@ def bucket_server(container_cluster: KubeCluster, container_namespace: str) -> I
     The benchmarks go before the server does."""
     gateway = container_cluster.pod_network.gateway
     with s3_server(bucket=BUCKET, binary=required_weed(), address=gateway) as server:
-        core = CoreV1Api(container_cluster.api_client())
-        for name, secret_key in ((CREDENTIALS, server.secret_key), (WRONG_CREDENTIALS, "not-the-" + server.secret_key)):
-            keys = {"AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
-            core.create_namespaced_secret(
-                container_namespace, V1Secret(metadata=V1ObjectMeta(name=name), string_data=keys)
-            )
+        create_credentials(container_cluster, container_namespace, server)
         try:
             yield server
         finally:
             container_cluster.kubectl(
                 "delete", "bb", "--all", "-n", container_namespace, "--wait", "--timeout=120s", check=False
             )
+
+
+def create_credentials(cluster: KubeCluster, namespace: str, server: S3Server) -> None:
+    """The Secrets CREDENTIALS (the server's keys) and WRONG_CREDENTIALS (its access key, a wrong secret)."""
+    core = CoreV1Api(cluster.api_client())
+    for name, secret_key in ((CREDENTIALS, server.secret_key), (WRONG_CREDENTIALS, "not-the-" + server.secret_key)):
+        keys = {"AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+        core.create_namespaced_secret(namespace, V1Secret(metadata=V1ObjectMeta(name=name), string_data=keys))
 
 
 def bucket_benchmark(
@@ -144,3 +147,29 @@ def test_runs_are_kept_in_an_s3_bucket_with_a_secrets_credentials_and_wrong_ones
     assert not [path for path in stored if path.endswith(".probe")]
     results = f"{BUCKET}/{PREFIX}/{rows[0].split(',')[-1]}/results.json"
     assert json.loads(server.filesystem().open_input_stream(results).readall())["run_id"] == first["status"]["runId"]
+
+
+def test_a_store_that_fails_after_the_run_fails_the_benchmark_at_once_with_its_results_in_the_status(
+    batchmark_operator: InstalledOperator, container_namespace: str
+) -> None:
+    """The bucket answered the runner's probe, then its server went while the benchmark ran: the upload at the end
+    fails, the pod exits 4, and the benchmark ends Failed (OutputFailed, with the store's error) at its first
+    attempt though it had a retry, with the run's results in its status."""
+    cluster, namespace = batchmark_operator.cluster, container_namespace
+    with s3_server(bucket=BUCKET, binary=required_weed(), address=cluster.pod_network.gateway) as server:
+        create_credentials(cluster, namespace, server)
+        # 0.1 s steps: about 20 s of run after the engine loads, time enough to stop the server mid-run.
+        store = {"url": STORE_URL, "endpoint": server.endpoint, "region": REGION, "credentialsSecret": CREDENTIALS}
+        apply_stepped_benchmark(cluster, namespace, "server-gone", 0.1, {"store": store}, retries=1)
+        running = wait_for_phase(cluster, namespace, "server-gone", {"Running", "Succeeded", "Failed"})
+        assert running["status"]["phase"] == "Running", running["status"]
+    ended = wait_for_phase(cluster, namespace, "server-gone", {"Succeeded", "Failed"}, timeout_seconds=180)["status"]
+    assert (ended["phase"], ended["reason"]) == ("Failed", "OutputFailed"), ended
+    assert ended["message"].startswith("the run ended and its results are in the status, but --store: "), ended
+    assert STORE_URL in ended["message"]
+    assert ended.get("attempts", 1) == 1, ended
+    assert ended["results"][0]["requests"]["completed"] == 64, ended
+    assert ended["runId"], ended
+    assert ended["resultsConfigMap"], ended
+    retrying = next(condition for condition in ended["conditions"] if condition["type"] == "Retrying")
+    assert retrying["status"] == "False", retrying

@@ -73,6 +73,19 @@ def test_the_runner_may_touch_only_its_own_status_and_create_its_results() -> No
 def test_the_pod_spec() -> None:
     job = children.job(OWNER, spec(retries=2, timeout=600, ttlSecondsAfterFinished=60))
     assert job["spec"]["backoffLimit"] == 2
+    # Retries are for what may go otherwise next time: not a refused configuration, nor a failed results store.
+    assert job["spec"]["podFailurePolicy"] == {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": "runner",
+                    "operator": "In",
+                    "values": [contract.EXIT_USAGE, contract.EXIT_OUTPUT_FAILED],
+                },
+            }
+        ]
+    }
     assert job["spec"]["activeDeadlineSeconds"] == 600
     assert job["spec"]["ttlSecondsAfterFinished"] == 60
     pod = pod_spec(job)

@@ -141,6 +141,36 @@ def test_failures_name_their_reason(terminated: dict[str, Any] | None, job_reaso
         assert "CUDA OOM" in update.message
 
 
+def test_a_run_whose_store_failed_ends_failed_saying_so_with_its_results_kept() -> None:
+    """Exit 4: the run ended, its results are in the status, but the results store could not keep them; the
+    Job's pod failure policy ends the Job at once (PodFailurePolicy), and the reason is the runner's."""
+    said = {
+        "runId": "r1",
+        "complete": True,
+        "results": [],
+        "outputFailure": "--store: s3://runs/nightly: could not store the run: connection refused",
+    }
+    ended = pod("Failed", node="gpu-node-0", terminated={"exitCode": 4, "reason": "Error", "message": json.dumps(said)})
+    results = [{"strategy": "throughput", "outputTokensPerSecond": 100.0}]
+    update = build_status(
+        observe(job(failed=1, failed_reason="PodFailurePolicy"), [ended], phase="Running", results=results)
+    )
+    assert (update.phase, update.reason) == (Phase.FAILED, Reason.OUTPUT_FAILED)
+    assert update.message == (
+        "the run ended and its results are in the status, but --store: s3://runs/nightly: could not store the run:"
+        " connection refused"
+    )
+    assert update.warning
+    assert conditions(update.fields)["Failed"] == "True"
+    # A runner that said nothing more (an older image): still the reason, with no words of its own.
+    quiet = pod("Failed", node="gpu-node-0", terminated={"exitCode": 4, "reason": "Error"})
+    update = build_status(observe(job(failed=1, failed_reason="PodFailurePolicy"), [quiet], phase="Running"))
+    assert (update.reason, update.message) == (
+        Reason.OUTPUT_FAILED,
+        "the run ended and its results are in the status, but an output could not be written",
+    )
+
+
 def test_a_retry_keeps_the_phase_and_counts_attempts() -> None:
     """Phases never go back: a retry's pod waiting for a node is said in the reason, not by Scheduling again."""
     first = pod("Failed", node="gpu-node-0", name="bb-a", created="2026-01-01T00:00:00Z", terminated={"exitCode": 137})

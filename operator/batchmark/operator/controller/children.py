@@ -42,6 +42,8 @@ from batchmark.runner.contract import (
     ENV_POD,
     ENV_TERMINATION,
     ENV_UID,
+    EXIT_OUTPUT_FAILED,
+    EXIT_USAGE,
     MEMBER_REPORT_PORT,
     STORE_MOUNT_PATH,
     TERMINATION_MESSAGE_PATH,
@@ -184,6 +186,10 @@ def job(
     WorkloadPriorityClass, when the caller found one): Kueue unsuspends it when it admits it."""
     job_spec = _job_spec(owner, spec, identity)
     job_spec["backoffLimit"] = spec.retries
+    # A refused configuration would be refused again, and a run whose results store failed has its results in
+    # the status: another attempt would only repeat the same work, so either ends the Job at once.
+    no_retry = {"containerName": RUNNER_CONTAINER, "operator": "In", "values": [EXIT_USAGE, EXIT_OUTPUT_FAILED]}
+    job_spec["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": no_retry}]}
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     metadata = owner.metadata(owner.name)

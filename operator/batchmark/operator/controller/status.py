@@ -30,8 +30,8 @@ from batchmark.operator.controller.stalls import (
 )
 from batchmark.operator.resource.api import Condition, StartBounds
 from batchmark.operator.resource.status import FINISHED_PHASES, ConditionType, Phase, Reason
-from batchmark.runner.contract import EXIT_USAGE
-from batchmark.runner.statusfields import RegressionStatus, parse_summary
+from batchmark.runner.contract import EXIT_OUTPUT_FAILED, EXIT_USAGE
+from batchmark.runner.statusfields import RegressionStatus, RunnerImageStatus, parse_summary
 
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = (
@@ -73,6 +73,8 @@ class PodView:
     exit_code: int | None = None
     terminated_reason: str | None = None  # e.g. OOMKilled, Error, Completed
     termination_message: str | None = None
+    image: str | None = None  # the runner container's, as the kubelet reports it
+    image_id: str | None = None  # its imageID (with the digest), once the container runtime has the image
     deleting: bool = False
     owner_uid: str | None = None  # its Job's uid: a pod of a previous benchmark's Job of the same name is not ours
     jobset_uid: str | None = None  # a JobSet's pod: the JobSet's uid (its Job is the JobSet's)
@@ -121,6 +123,8 @@ class PodView:
                     "exit_code": terminated.get("exitCode"),
                     "terminated_reason": terminated.get("reason"),
                     "termination_message": terminated.get("message"),
+                    "image": container.get("image") or None,
+                    "image_id": container.get("imageID") or None,
                 }
             )
         return view
@@ -341,6 +345,11 @@ def build_status(observation: Observation, timestamp: str | None = None) -> Stat
         fields["podName"] = pod.name
         if pod.node_name:
             fields["nodeName"] = pod.node_name
+        if pod.image and pod.image_id:
+            # Left as stored until the pod reports both: a retry's pod that waits for its image keeps the earlier
+            # pod's, which names that pod.
+            image = RunnerImageStatus(image=pod.image, image_id=pod.image_id, pod_name=pod.name)
+            fields["runnerImage"] = image.model_dump(mode="json", by_alias=True)
     if phase in FINISHED_PHASES:
         fields["completionTime"] = stored.get("completionTime") or (job.completion_time if job else None) or when
     return StatusUpdate(
@@ -564,6 +573,13 @@ def _pod_failure(pod: PodView) -> tuple[str, str] | None:
         return Reason.OOM_KILLED, "the runner ran out of memory (raise spec.resources.limits.memory)"
     if pod.exit_code == EXIT_USAGE:
         return Reason.INVALID_CONFIG, told or "the runner refused its configuration"
+    if pod.exit_code == EXIT_OUTPUT_FAILED:
+        summary = parse_summary(pod.termination_message or "")
+        failed = summary.output_failure if summary is not None else None
+        return (
+            Reason.OUTPUT_FAILED,
+            f"the run ended and its results are in the status, but {failed or 'an output could not be written'}",
+        )
     if pod.exit_code is not None and told:
         return Reason.ENGINE_ERROR, told
     return None

@@ -33,7 +33,14 @@ from batchmark.runner.config.run import RunConfig
 from batchmark.runner.config.store import MAX_STORE_LENGTH, S3Location, s3_endpoint, store_location
 from batchmark.runner.config.sweep import SweepConfig
 from batchmark.runner.engines.registry import engine_entry
-from batchmark.runner.statusfields import BenchmarkSummary, EngineStatus, Headline, ProgressStatus, RegressionStatus
+from batchmark.runner.statusfields import (
+    BenchmarkSummary,
+    EngineStatus,
+    Headline,
+    ProgressStatus,
+    RegressionStatus,
+    RunnerImageStatus,
+)
 
 # The resource's identity is part of the operator–runner contract; named here for the operator's modules.
 GROUP = contract.GROUP
@@ -773,6 +780,11 @@ class BatchBenchmarkStatus(ApiModel):
     )
     queue: QueueStatus | None = Field(
         default=None, description="While Queued: its position in its Kueue LocalQueue, where Kueue reports it."
+    )
+    runner_image: RunnerImageStatus | None = Field(
+        default=None,
+        description="The runner image its current pod runs, with its digest, as the pod's kubelet reports it; the"
+        " runner records it in its report and the fingerprint of each stored run.",
     )
     results_config_map: str | None = Field(
         default=None,

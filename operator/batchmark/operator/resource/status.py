@@ -59,6 +59,9 @@ class Reason(StrEnum):
     KUEUE_NOT_INSTALLED = "KueueNotInstalled"
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
     ENGINE_ERROR = "EngineError"
+    # The run ended and its results are in the status, but what was to keep them elsewhere (the results store)
+    # could not be written.
+    OUTPUT_FAILED = "OutputFailed"
     # The kubelet's and the Job controller's own words, which the status passes on as its reason.
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     ERR_IMAGE_PULL = "ErrImagePull"

@@ -33,6 +33,7 @@ from batchmark.runner.observe.console import (
 )
 from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer
 from batchmark.runner.observe.pushgateway import PushOutcome, push_results, run_succeeded
+from batchmark.runner.observe.statuswriter import record_output_failure
 from batchmark.runner.results.outputs import write_reports
 from batchmark.runner.results.regression import describe
 from batchmark.runner.results.report import RegressionReport, RunReport
@@ -161,27 +162,36 @@ def _finish(console: Console, config: RunConfig, runner: BenchmarkRunner, report
         for entry in report.regression.benchmarks:
             print_plain(console, f"against the baseline {report.regression.baseline}, {describe(entry)}")
         print_plain(console, f"regressed {report.regression.verdict.value}: {report.regression.reason}")
+    failures: list[str] = []
     for output in config.outputs:
         if Path(output) in failed_outputs:
-            print_error(console, "run", f"could not write {output}: {failed_outputs[Path(output)]}")
+            failures.append(f"could not write {output}: {failed_outputs[Path(output)]}")
+            print_error(console, "run", failures[-1])
         else:
             print_plain(console, f"wrote {output}")
-    stored = config.store is None or _store(console, config.store, report)
+    store_failure = _store(console, config.store, report) if config.store is not None else None
+    if store_failure is not None:
+        failures.append(store_failure)
     if runner.failure is not None:
         print_error(console, "run", runner.failure)  # it says "the engine failed…" itself
         return EXIT_ENGINE_FAILED
-    return EXIT_OUTPUT_FAILED if failed_outputs or not stored else 0
+    if failures:
+        record_output_failure(report, "; ".join(failures))
+        return EXIT_OUTPUT_FAILED
+    return 0
 
 
-def _store(console: Console, store: str, report: RunReport) -> bool:
-    """Keep the run in the results store; whether it was (a failure is said, and costs no other output)."""
+def _store(console: Console, store: str, report: RunReport) -> str | None:
+    """Keep the run in the results store; None where it was, else what failed (said here; it costs no other
+    output)."""
     try:
         entry = open_store(store).put(report)
     except StoreError as error:
-        print_error(console, "run", f"--store: {error}; the results files are unaffected")
-        return False
+        failure = f"--store: {error}"
+        print_error(console, "run", f"{failure}; the results files are unaffected")
+        return failure
     print_plain(console, f"stored run {entry.run_id} in {store} ({entry.folder})")
-    return True
+    return None
 
 
 def _push(console: Console, shutdown: Shutdown, gateway: str, name: str, report: RunReport | None) -> None:

@@ -14,7 +14,10 @@ writer
   the runner may create ConfigMaps but read or change none (so neither it nor the operator needs the right to
   change ConfigMaps), and each attempt of a retried or preempted benchmark (one pod each) keeps its own report;
 - always writes the compact summary to the termination message, so the results survive an API server it
-  cannot reach.
+  cannot reach;
+- before the run's report is judged and written, reads back ``status.runnerImage`` (the operator's, from the
+  kubelet's report) into the report's ``environment["image"]``: in its pod the runner has no other way to learn
+  its image's digest. Where the status names no image of this pod, or cannot be read, the image is unknown.
 
 In a benchmark over several pods (``ENV_MEMBER`` and ``ENV_MEMBERS`` set: one pod of a JobSet), each pod's
 report is one part of the benchmark's: every pod creates its own results ConfigMap and writes its termination
@@ -40,6 +43,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
+
+from pydantic import ValidationError
 
 from batchmark.runner.contract import (
     COMPRESSED_REPORT_KEY,
@@ -70,7 +75,7 @@ from batchmark.runner.results.report import RunReport
 from batchmark.runner.results.summary import engine_status, regression_status, run_summary, termination_message
 from batchmark.runner.run.events import Progress, RunObserver
 from batchmark.runner.run.profiles import Strategy
-from batchmark.runner.statusfields import EngineStatus, ProgressStatus, headline
+from batchmark.runner.statusfields import EngineStatus, ProgressStatus, RunnerImageStatus, headline
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +312,33 @@ class StatusWriter(RunObserver):
     def on_progress(self, progress: Progress) -> None:
         self._queue(self._progress(progress), urgent=False)
 
+    def finish_report(self, report: RunReport) -> RunReport:
+        image = self._own_image()
+        if image is None:
+            return report
+        described = {"image": image.image, "imageID": image.image_id, "digest": image.digest}
+        return report.model_copy(update={"environment": {**report.environment, "image": described}})
+
+    def _own_image(self) -> RunnerImageStatus | None:
+        """This pod's image as the status names it, or None: a failed read (logged), no image yet, or one of
+        another pod (a retry's earlier attempt, which a mutable tag may have pulled another digest for)."""
+        read: list[Mapping[str, Any]] = []
+        if not self._attempt("the runner image", lambda api: read.append(api.read_status(self.target)), "read"):
+            return None
+        resource = read[-1]
+        if self.target.uid and (resource.get("metadata") or {}).get("uid") not in (None, self.target.uid):
+            return None
+        written = (resource.get("status") or {}).get("runnerImage")
+        try:
+            image = RunnerImageStatus.model_validate(written) if written is not None else None
+        except ValidationError:  # the status is writable by more than the operator: never fail on it
+            image = None
+        # A runner started by hand (no pod name) runs on no kubelet: the benchmark's pod's image is not its own.
+        if image is None or self.target.pod_name is None or image.pod_name != self.target.pod_name:
+            log.info("the status names no image of pod %s: the run's image is unknown", self.target.pod_name)
+            return None
+        return image
+
     def on_run_end(self, report: RunReport) -> None:
         self.close()
         self._write_termination_message(report)
@@ -445,7 +477,7 @@ class StatusWriter(RunObserver):
         body = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}, "status": dict(fields)}
         api.patch_status(self.target, body)
 
-    def _attempt(self, what: str, action: Callable[[StatusApi], None]) -> bool:
+    def _attempt(self, what: str, action: Callable[[StatusApi], None], doing: str = "write") -> bool:
         for attempt, delay in enumerate((*self.retry_delays, None)):
             try:
                 if self._api is None:
@@ -454,7 +486,9 @@ class StatusWriter(RunObserver):
                 return True
             except Exception as error:
                 if delay is None or not _retryable(error):
-                    log.warning("could not write %s of %s (attempt %d): %s", what, self.target.name, attempt + 1, error)
+                    log.warning(
+                        "could not %s %s of %s (attempt %d): %s", doing, what, self.target.name, attempt + 1, error
+                    )
                     return False
                 time.sleep(delay)
         return False
@@ -467,3 +501,20 @@ class StatusWriter(RunObserver):
             path.write_text(termination_message(report), encoding="utf-8")
         except OSError as error:
             log.warning("could not write the termination message to %s: %s", path, error)
+
+
+def record_output_failure(report: RunReport, failure: str, environ: Mapping[str, str] | None = None) -> None:
+    """Say in this pod's termination message what could not be written once the run had ended (the results
+    store, an output file): the operator's reason for the failed pod, beside results the status already has.
+    Outside a benchmark's pod, nothing."""
+    try:
+        target = StatusTarget.from_environment(environ)
+    except ValueError:
+        return  # the run itself refused such an environment before it started
+    path = target.termination_message_path if target is not None else None
+    if path is None:
+        return
+    try:
+        path.write_text(termination_message(report, output_failure=failure), encoding="utf-8")
+    except OSError as error:
+        log.warning("could not write the termination message to %s: %s", path, error)

@@ -1,8 +1,9 @@
 """What makes two runs comparable. A run's fingerprint splits what it measured into the workload (the data and its
 lengths, the request format, the profile and constraints, the model and its revision, the engine settings, the
 hardware and the parallelism), which two runs must share to be compared, and the stack that served it (vLLM's and
-batchmark's versions, the simulated engine's cost model), whose change is what a comparison across runs is for:
-the same workload on vLLM 0.32 and 0.33 is the regression question."""
+batchmark's versions, the simulated engine's cost model, the runner image), whose change is what a comparison across
+runs is for: the same workload on vLLM 0.32 and 0.33, or on two builds of the runner image, is the regression
+question."""
 
 from __future__ import annotations
 
@@ -68,8 +69,18 @@ def fingerprint(report: RunReport) -> Fingerprint:
         "simulated": report.engine.simulated,
         "simulation": backend.get("simulation") if report.engine.simulated else None,
         "python": report.environment.get("python"),
+        "image": _image(report),
     }
     return Fingerprint(key=workload_key(workload), workload=workload, stack=stack)
+
+
+def _image(report: RunReport) -> dict[str, Any] | None:
+    """The runner image the run's pod ran, its reference and digest as the kubelet reported them; None where the
+    run knows none (outside a BatchBenchmark's pod)."""
+    image = report.environment.get("image")
+    if not isinstance(image, dict):
+        return None
+    return {"reference": image.get("image"), "digest": image.get("digest")}
 
 
 def workload_key(workload: dict[str, Any]) -> str:

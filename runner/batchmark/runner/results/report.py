@@ -434,7 +434,10 @@ class RunReport(ResultModel):
     batchmark_version: str = Field(description="Version of batchmark that ran.")
     created_at: str = Field(description="When the run started, ISO 8601.")
     engine: EngineSummary = Field(description="The engine and how long it took to load.")
-    environment: dict[str, Any] = Field(description="Python, platform and library versions.")
+    environment: dict[str, Any] = Field(
+        description="Python, platform and library versions; in a BatchBenchmark's pod also the runner image (image:"
+        " its image, imageID and digest, as the pod's kubelet reported them), where the status named it."
+    )
     config: dict[str, Any] = Field(description="The run's configuration, as validated.")
     data: DataSummary | None = Field(default=None, description="Which data ran (null in older results).")
     dispatch: str = Field(default="batch", description="How requests reached the engine.")

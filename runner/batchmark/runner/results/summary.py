@@ -23,6 +23,7 @@ from batchmark.runner.statusfields import (
 
 TERMINATION_MESSAGE_LIMIT = 4096
 STOP_REASON_LIMIT = 1024  # a run's stop reason may carry an engine's error; it must leave room for the rest
+OUTPUT_FAILURE_LIMIT = 1024  # likewise what could not be written after the run (a store's error)
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:
@@ -166,9 +167,15 @@ def fit_summary(summary: RunSummary, limit: int = TERMINATION_MESSAGE_LIMIT) -> 
     return summary.model_copy(update={"engine": None, "results": [], "omitted_benchmarks": len(summary.results)})
 
 
-def termination_message(report: RunReport, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
-    """The run's summary as JSON of at most ``limit`` bytes, for the container's termination message."""
-    return summary_json(fit_summary(run_summary(report), limit))
+def termination_message(
+    report: RunReport, limit: int = TERMINATION_MESSAGE_LIMIT, output_failure: str | None = None
+) -> str:
+    """The run's summary as JSON of at most ``limit`` bytes, for the container's termination message, with what
+    could not be written after the run (``output_failure``) where something could not."""
+    summary = run_summary(report)
+    if output_failure is not None:
+        summary = summary.model_copy(update={"output_failure": output_failure[:OUTPUT_FAILURE_LIMIT]})
+    return summary_json(fit_summary(summary, limit))
 
 
 def _keep(result: BenchmarkSummary, fields: frozenset[str]) -> BenchmarkSummary:

@@ -174,7 +174,9 @@ class BenchmarkRunner:
                 if self.config.sweep.warmup_requests and repeat == 0:
                     self._warm_up(self.config.sweep.warmup_requests)
             self._run_point(point, self._backends[point], results, repeat, visits_left=len(schedule) - visit - 1)
-        report = self._report(results, time.monotonic() - started, reload_seconds, search_outcome)
+        report = self.observers.finish_report(
+            self._report(results, time.monotonic() - started, reload_seconds, search_outcome)
+        )
         if self.judge is not None:
             report = report.model_copy(update={"regression": self.judge(report)})
         self.observers.on_phase("done")

@@ -61,6 +61,11 @@ class RunObserver:
     def on_benchmark_end(self, result: BenchmarkResult) -> None:
         return None
 
+    def finish_report(self, report: RunReport) -> RunReport:
+        """The run's report with what only this observer knows (the status writer: the pod's image), before it is
+        judged and anyone hears of the run's end; it must never fail the run."""
+        return report
+
     def on_run_end(self, report: RunReport) -> None:
         return None
 
@@ -98,6 +103,11 @@ class Observers(RunObserver):
     def on_benchmark_end(self, result: BenchmarkResult) -> None:
         for observer in self.observers:
             observer.on_benchmark_end(result)
+
+    def finish_report(self, report: RunReport) -> RunReport:
+        for observer in self.observers:
+            report = observer.finish_report(report)
+        return report
 
     def on_run_end(self, report: RunReport) -> None:
         for observer in self.observers:

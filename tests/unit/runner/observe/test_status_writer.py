@@ -16,8 +16,10 @@ from batchmark.runner.observe.statuswriter import (
     StatusTarget,
     StatusWriter,
     read_report_config_map,
+    record_output_failure,
     report_config_map_data,
 )
+from batchmark.runner.statusfields import parse_summary
 from tests.unit.runner.results.test_summary import sweep_report
 
 
@@ -35,6 +37,29 @@ def test_off_without_the_resources_identity() -> None:
     assert (target.namespace, target.name, target.uid) == ("ns", "bb", "u")
     assert target.termination_message_path == Path("/dev/termination-log")
     assert target.results_config_map is None  # no pod name: nowhere to write a report of its own
+
+
+def test_what_could_not_be_written_after_the_run_goes_into_the_termination_message(tmp_path: Path) -> None:
+    """The operator's reason for a pod that exited 4: the summary the status writer left, and what failed."""
+    message = tmp_path / "termination-log"
+    pod = {
+        "BATCHMARK_RESOURCE_NAMESPACE": "ns",
+        "BATCHMARK_RESOURCE_NAME": "bb",
+        "BATCHMARK_TERMINATION_MESSAGE_PATH": str(message),
+    }
+    report = sweep_report(3)
+    record_output_failure(report, "--store: s3://b/p: cannot store the run: " + "x" * 5000, pod)
+    summary = parse_summary(message.read_text())
+    assert summary is not None
+    assert summary.run_id == report.run_id
+    assert len(summary.results) == 3
+    assert summary.output_failure is not None
+    assert summary.output_failure.startswith("--store: s3://b/p: cannot store the run: x")
+    assert len(message.read_bytes()) <= 4096
+    # On a laptop, or a pod given no termination message path: nothing is written, nothing fails.
+    record_output_failure(report, "--store: failed", {})
+    record_output_failure(report, "--store: failed", {key: pod[key] for key in list(pod)[:2]})
+    record_output_failure(report, "--store: failed", {**pod, "BATCHMARK_TERMINATION_MESSAGE_PATH": str(tmp_path)})
 
 
 def test_each_pod_creates_a_results_config_map_of_its_own() -> None:

@@ -487,6 +487,7 @@ def render(reports: Sequence[tuple[str, RunReport]]) -> str:
                 "setting": run_setting(report),
                 "data": data_note(report),
                 "fingerprint": printed[index].key,
+                "image": printed[index].stack["image"],
                 "differences": workload_differences(printed[0], printed[index]),
             }
             for index, (label, report) in enumerate(reports)
