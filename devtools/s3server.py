@@ -7,11 +7,13 @@ an object written and read, yields where it is, and stops every process it start
 The binary is built once by `scripts/setup/seaweedfs.sh` into ~/.cache/batchmark/seaweedfs-VERSION/weed;
 BATCHMARK_SEAWEEDFS names another.
 
-    .venv/bin/python -m devtools.s3server     # a server until Ctrl-C, with its AWS_* variables printed
+    .venv/bin/python -m devtools.s3server [--address A] [--bucket B]   # a server until Ctrl-C or SIGTERM, with
+                                                                      # its AWS_* variables printed
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import shutil
@@ -20,7 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,13 +310,21 @@ def _log_tail(folder: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def main() -> None:
-    with s3_server() as server:
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A SeaweedFS S3 server until Ctrl-C or SIGTERM.")
+    parser.add_argument(
+        "--address", default="127.0.0.1", help="this machine's IPv4 address to listen on (default: 127.0.0.1)"
+    )
+    parser.add_argument("--bucket", default="batchmark", help="the bucket made at start (default: batchmark)")
+    arguments = parser.parse_args(argv)
+    # `weed server` runs in a session of its own, which a SIGTERM to this process's group (devtools/cluster/down
+    # stops the demo's server so) never reaches: taken as Ctrl-C, it leaves the with-block, which stops weed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with suppress(KeyboardInterrupt), s3_server(bucket=arguments.bucket, address=arguments.address) as server:
         for name, value in server.environment().items():
             print(f"export {name}={value}")
         print(f"# bucket: {server.bucket}; Ctrl-C stops the server", flush=True)
-        with suppress(KeyboardInterrupt):
-            signal.pause()
+        signal.pause()
 
 
 if __name__ == "__main__":
