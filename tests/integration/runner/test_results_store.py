@@ -202,6 +202,35 @@ def test_history_refuses_bad_input(case: str, tmp_path: Path) -> None:
     assert sorted(path.name for path in tmp_path.iterdir()) == before
 
 
+def test_history_compacts_the_index_on_request(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for model in ("org/a", "org/b"):
+        assert stored_run(store, model=model).code == 0
+    before = listed(store)
+    index = store / "index"
+    # Bad input is refused before the store is changed.
+    assert history("--store", str(store), "--compact", "--format", "xml").code == 2
+    assert len(list(index.glob("*.json"))) == 2
+    assert listed(store, "--compact") == before
+    assert [path.name for path in index.iterdir()] == ["compacted"]
+    assert len(list((index / "compacted").iterdir())) == 1
+    assert stored_run(store, model="org/c").code == 0
+    assert [run["model"] for run in listed(store)] == ["org/a", "org/b", "org/c"]
+
+
+def test_history_says_in_one_line_when_it_cannot_compact(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert stored_run(store).code == 0
+    (store / "index" / "compacted").write_text("not a folder")
+    finished = history("--store", str(store), "--compact", "--format", "json")
+    assert finished.code == 2
+    assert finished.message.startswith(f"batchmark history: error: --compact: cannot compact the index of {store}: ")
+    assert "Traceback" not in finished.message
+    assert len(finished.stderr.strip().splitlines()) == 1, finished.stderr
+    assert finished.stdout == ""
+    assert len(listed(store)) == 1
+
+
 def repeated_run(store: Path, step_fixed: float, *extra: str) -> str:
     """A stored run of a short stepped workload (harness.stepped_run_args); its run id."""
     finished = run_in_process(stepped_run_args(step_fixed, "--store", str(store), *extra))

@@ -1,6 +1,7 @@
 """`batchmark run --store s3://BUCKET/PREFIX`, `history` and `compare` over a real S3 server (SeaweedFS's S3
 gateway, tests/integration/runner/s3_fixtures.py): runs kept whole, their index entry last; a store that cannot
-be reached or written fails the upload loudly, in seconds, and keeps the results; bad input refused in one line."""
+be reached or written fails the upload loudly, in seconds, and keeps the results; bad input refused in one line;
+the index compacted without losing or doubling a run (the scenarios tests/unit/runner/store runs on a folder)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from batchmark.runner.store import results_store
 from tests.cli import Finished, read_results, run_in_process
 from tests.integration.runner.harness import backend, run_args, stepped_run_args
 from tests.integration.runner.s3_fixtures import S3Store, s3, s3_server_of_module
+from tests.unit.runner.store import compaction_scenarios as scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -423,3 +425,62 @@ def test_hostile_s3_stores_are_refused_in_one_line(case: str, tmp_path: Path) ->
         if command[0] != "run":  # run's validation error repeats the value given (config/load.py)
             assert "s3cr3t-value" not in finished.message
     assert not output.exists()
+
+
+@pytest.fixture
+def open_s3_store_again(s3: S3Store) -> scenarios.OpenStore:
+    return lambda: results_store.open_store(s3.url)
+
+
+def test_runs_before_and_after_a_compaction_are_listed_once_in_a_bucket(
+    open_s3_store_again: scenarios.OpenStore,
+) -> None:
+    scenarios.runs_before_and_after_a_compaction_are_listed_once(open_s3_store_again)
+
+
+def test_a_put_compacts_every_so_many_runs_in_a_bucket(
+    open_s3_store_again: scenarios.OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenarios.a_put_compacts_every_so_many_runs_and_merges_compacted_objects(open_s3_store_again, monkeypatch)
+
+
+def test_an_interrupted_compaction_in_a_bucket(
+    open_s3_store_again: scenarios.OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenarios.an_interrupted_compaction_lists_each_run_once_and_is_finished_later(open_s3_store_again, monkeypatch)
+
+
+def test_racing_compactions_in_a_bucket(
+    open_s3_store_again: scenarios.OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenarios.racing_compactions_lose_and_double_no_run(open_s3_store_again, monkeypatch)
+
+
+def test_a_reader_during_a_compaction_in_a_bucket(
+    open_s3_store_again: scenarios.OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenarios.a_reader_meets_a_compaction_between_listing_and_reading(open_s3_store_again, monkeypatch)
+
+
+def test_a_read_only_reader_of_a_bucket(
+    open_s3_store_again: scenarios.OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenarios.a_read_only_reader_lists_and_never_compacts(open_s3_store_again, monkeypatch)
+
+
+def test_history_compacts_on_request_and_says_so_when_it_cannot(s3: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = results_store.open_store(s3.url)
+    scenarios.put_runs(store, 1, 2, 3)
+    with monkeypatch.context() as refused:
+        recording(refused, fail=lambda path: "/index/compacted/" in path)
+        finished = run_in_process(["history", "--store", s3.url, "--compact", "--format", "json"])
+        assert finished.code == 2, finished.stderr
+        assert finished.message.startswith(f"batchmark history: error: --compact: cannot compact the index of {s3.url}")
+        assert "refused by the test" in finished.message
+        assert len(finished.stderr.strip().splitlines()) == 1, finished.stderr
+        assert finished.stdout == ""
+        assert [run["run_id"] for run in listed(s3)] == scenarios.ids(1, 2, 3)
+    assert [run["run_id"] for run in listed(s3, "--compact")] == scenarios.ids(1, 2, 3)
+    index = [path for path in objects(s3) if path.startswith("index/")]
+    assert len(index) == 1
+    assert index[0].startswith("index/compacted/20261206T080100Z-20261206T080300Z-")

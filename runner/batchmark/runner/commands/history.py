@@ -79,6 +79,12 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     history.add_argument("--last", metavar="N", help="only the N most recent runs that match")
     history.add_argument("--format", default="table", help=f"how to print them: {', '.join(FORMATS)} (default table)")
     history.add_argument(
+        "--compact",
+        action="store_true",
+        help="first gather the store's index into one compacted object, so that reading it takes a request or two"
+        " (stores compact themselves every 100 runs; this needs the right to write and delete in the store)",
+    )
+    history.add_argument(
         "-o",
         "--output",
         metavar="PATH",
@@ -90,8 +96,9 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
 def history_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
-        selected, unreadable = _selected(args)
+        # The output first: bad input is refused before --compact changes the store.
         output_format = _format(args)
+        selected, unreadable = _selected(args)
     except UsageError as error:
         print_error(console, "history", str(error))
         return EXIT_USAGE
@@ -142,6 +149,11 @@ def _selected(args: argparse.Namespace) -> tuple[list[StoredRun], list[str]]:
     since = _moment("--since", args.since)
     until = _moment("--until", args.until)
     last = _count("--last", args.last)
+    if args.compact:
+        try:
+            store.compact()
+        except StoreError as error:
+            raise UsageError(f"--compact: {error}") from None
     index = store.index()
     runs = [
         run

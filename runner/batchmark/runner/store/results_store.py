@@ -4,20 +4,31 @@ on an S3-compatible object store.
 Layout, for a person to browse::
 
     runs/MODEL/HARDWARE/DATE/TIME-RUN_ID/   results.json, report.html, config.yaml, fingerprint.json
-    index/DATE-TIME-RUN_ID.json             the run's index entry (one JSON line)
+    index/DATE-TIME-RUN_ID.json             the run's index entry (one JSON line), "loose"
+    index/compacted/FIRST-LAST-RANDOM.jsonl.gz  many runs' entries, gzipped JSON lines (FIRST, LAST: their starts)
 
 A run appears whole or not at all: readers list only the index, and a run's index entry is written last, in one
 piece. In a folder the run's files are written under a hidden name, renamed into place, and the entry is written
 under a hidden name and renamed too; a run whose writing was cut short leaves at most a hidden folder, or a folder
 without an entry. In a bucket there is no rename: the run's objects are put, then its entry, one object (a PUT is
 atomic per object); an upload that fails deletes the objects it put.
+
+Compaction keeps reading the index a request or two however many runs there are (in a bucket each loose entry is
+a GET): it writes one compacted object holding the loose entries (and, now and then, the compacted objects), and
+only then deletes what it gathered. Every entry is in the index at every moment, at times twice (a compaction cut
+short, or two at once): readers keep one entry per run id. Gzipped JSON lines rather than Parquet: an entry's
+fingerprint is free-form nested settings that no one table schema fits, each line is an entry as a loose one is
+written, read by the same model, and `zcat` shows them; entries repeat each other's keys and settings, so gzip
+makes them a small fraction of their size to fetch (a run's entry is about 2 kB).
 """
 
 from __future__ import annotations
 
 import datetime
+import gzip
 import re
 import secrets
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -26,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from batchmark.runner.config.safeload import load_json
 from batchmark.runner.config.store import S3Location, first_line, s3_filesystem, store_location
@@ -40,15 +51,41 @@ if TYPE_CHECKING:
 
 RUNS = "runs"
 INDEX = "index"
+COMPACTED = "compacted"
+COMPACTED_SUFFIX = ".jsonl.gz"
 RESULTS_FILE = "results.json"
+# A put that finds this many loose entries gathers them into a compacted object: a bucket's reader then makes one
+# request for them instead of one each, and a put's extra cost stays bounded (this many reads, one write, this
+# many deletes, once in this many puts).
+COMPACT_AFTER = 100
+# A compaction that finds this many compacted objects merges them all into its own, so that readers' requests
+# stay few however many runs the store keeps (reading them all, once in about this many compactions).
+MERGE_AFTER = 16
+# Listings of the index one read makes at most: an entry that a compaction deletes while a reader reads it is in
+# an object the next listing shows.
+_INDEX_LISTINGS = 3
+# The start time that begins an entry's name and both ends of a compacted object's.
+_TIME = r"\d{8}T\d{6}Z"
+_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
+_COMPACTED_NAME = re.compile(rf"({_TIME})-({_TIME})-[0-9a-f]+{re.escape(COMPACTED_SUFFIX)}")
 # Folder names stay readable and well inside every file system's limit.
 _MAX_SLUG = 80
 # Index entries read at once from an object store, where each is a request or two: 2,000 entries in about a second.
 S3_READERS = 32
+# A compacted object's entries validated at once: faster than line by line.
+_ENTRIES = TypeAdapter(list[StoredRun])
 
 
 class StoreError(Exception):
     """The store could not be written or read; the message says what and why."""
+
+
+@dataclass(frozen=True)
+class _IndexObjects:
+    """The index's objects as one listing found them: full paths, sorted."""
+
+    loose: list[str]
+    compacted: list[str]
 
 
 @dataclass
@@ -75,10 +112,10 @@ class ResultsStore:
 
     def put(self, report: RunReport) -> StoredRun:
         """Store the run whole, then its index entry; StoreError when it cannot (nothing half-written is left
-        where a reader looks)."""
+        where a reader looks). A put that finds COMPACT_AFTER loose entries then compacts them."""
         started = utc(report.created_at)
         printed = fingerprint(report)
-        entry_name = f"{started:%Y%m%dT%H%M%SZ}-{_slug(report.run_id)}.json"
+        entry_name = f"{started:{_TIME_FORMAT}}-{_slug(report.run_id)}.json"
         relative = "/".join(
             (
                 RUNS,
@@ -89,7 +126,10 @@ class ResultsStore:
             )
         )
         try:
-            if self._exists(self._path(INDEX, entry_name)):
+            # The entry's own name first: the first request, and the answer for a run stored again at once.
+            stored = self._exists(self._path(INDEX, entry_name))
+            found = self._index_objects()
+            if stored or self._compacted_run(found, report.run_id, started):
                 raise StoreError(f"run {report.run_id} is already in the store {self.name}")
             files: dict[str, Callable[[], str]] = {
                 RESULTS_FILE: lambda: report.model_dump_json(indent=2),
@@ -110,38 +150,164 @@ class ResultsStore:
                 raise
         except OSError as error:
             raise StoreError(f"cannot store the run in {self.name}: {_reason(error)}") from None
+        if len(found.loose) + 1 >= COMPACT_AFTER:
+            # The run is stored; a compaction that fails (a race, an identity that may not delete) is the next
+            # put's to do, and readers read the loose entries meanwhile.
+            with suppress(OSError, StoreError):
+                self._compact(self._index_objects(), merge_all=False)
         return entry
 
     def index(self) -> Index:
-        """Every stored run's entry, oldest first: the index listed in one request, the entries read at once."""
-        from pyarrow.fs import FileSelector, FileType  # noqa: PLC0415 - imported by a store's first use only
+        """Every stored run's entry, oldest first: the index listed in one request, its objects read at once."""
+        from pyarrow.fs import FileType  # noqa: PLC0415 - imported by a store's first use only
 
         try:
             if self.renames and self.filesystem.get_file_info(self.root).type != FileType.Directory:
                 raise StoreError(f"{self.name} is not a results store: no such folder")
             if not self.renames and self.filesystem.get_file_info(self._bucket()).type == FileType.NotFound:
                 raise StoreError(f"{self.name}: no such bucket {self._bucket()!r}")
-            infos = self.filesystem.get_file_info(FileSelector(self._path(INDEX), allow_not_found=True))
         except OSError as error:
             raise StoreError(f"cannot read the store's index in {self.name}: {_reason(error)}") from None
-        paths = sorted(
-            info.path
-            for info in infos
-            if info.type == FileType.File and info.base_name.endswith(".json") and not info.base_name.startswith(".")
-        )
-        found = Index(runs=[])
-        for path, read in zip(paths, self._read_all(paths), strict=True):
-            name = path.rpartition("/")[2]
-            if isinstance(read, BaseException):
-                found.unreadable.append(f"{name}: {_reason(read)}")
-                continue
+        runs: dict[str, StoredRun] = {}
+        problems: dict[str, str] = {}
+        read: set[str] = set()
+        failed: dict[str, BaseException] = {}
+        for _ in range(_INDEX_LISTINGS):
             try:
-                found.runs.append(StoredRun.model_validate_json(read))
-            except (ValidationError, ValueError) as error:
-                found.unreadable.append(f"{name}: {first_line(error)}")
+                found = self._index_objects()
+            except OSError as error:
+                raise StoreError(f"cannot read the store's index in {self.name}: {_reason(error)}") from None
+            listed = found.loose + found.compacted
+            present = set(listed)
+            # Gone since it failed: a compaction gathered it into an object this listing shows.
+            failed = {path: error for path, error in failed.items() if path in present}
+            pending = [path for path in listed if path not in read and path not in failed]
+            if not pending:
+                break
+            for path, content in zip(pending, self._read_all(pending), strict=True):
+                if isinstance(content, BaseException):
+                    failed[path] = content
+                    continue
+                read.add(path)
+                entries, problem = self._entries(path, content)
+                for run in entries:
+                    runs.setdefault(run.run_id, run)
+                if problem is not None:
+                    problems[path] = problem
+            if not failed:
+                break
+        problems.update({path: _reason(error) for path, error in failed.items()})
         # Runs started in the same second are in the order they were stored.
-        found.runs.sort(key=lambda run: (run.started, utc(run.stored_at)))
-        return found
+        ordered = sorted(runs.values(), key=lambda run: (run.started, utc(run.stored_at)))
+        return Index(
+            runs=ordered, unreadable=[f"{self._index_name(path)}: {problems[path]}" for path in sorted(problems)]
+        )
+
+    def compact(self) -> int:
+        """Gather every loose entry and compacted object into one compacted object, then delete them; the runs it
+        holds (0: nothing to gather). StoreError when the store cannot be read, written or deleted from."""
+        try:
+            return self._compact(self._index_objects(), merge_all=True)
+        except OSError as error:
+            raise StoreError(f"cannot compact the index of {self.name}: {_reason(error)}") from None
+
+    def _compact(self, found: _IndexObjects, *, merge_all: bool) -> int:
+        """One compacted object of ``found``'s loose entries, and of its compacted objects where ``merge_all`` or
+        there are MERGE_AFTER of them; what it gathered deleted once it is written. Compacted objects whose span
+        of start times meets the loose entries' are read as well: an entry one holds already (a compaction cut
+        short before its deletes) is deleted, not gathered again."""
+        merged = found.compacted if merge_all or len(found.compacted) >= MERGE_AFTER else []
+        loose_times = [time for time in map(_entry_time, found.loose) if time is not None]
+        consulted = [
+            path
+            for path in found.compacted
+            if path not in merged and loose_times and _spans(path, min(loose_times), max(loose_times))
+        ]
+        if not found.loose and len(merged) <= 1:
+            return 0
+        paths = [*found.loose, *merged, *consulted]
+        contents = dict(zip(paths, self._read_all(paths), strict=True))
+        held: set[str] = set()
+        for path in consulted:
+            content = contents[path]
+            if not isinstance(content, BaseException):
+                held.update(run.run_id for run in self._entries(path, content)[0])
+        gathering: dict[str, StoredRun] = {}
+        gathered: list[str] = []
+        for path in [*found.loose, *merged]:
+            content = contents[path]
+            if isinstance(content, BaseException):
+                continue  # another compaction's, or unreadable: left for readers to name
+            entries, problem = self._entries(path, content)
+            if problem is not None:
+                continue  # left whole, so that readers keep naming what cannot be read in it
+            gathered.append(path)
+            for run in entries:
+                if run.run_id not in held:
+                    gathering.setdefault(run.run_id, run)
+        if gathering:
+            starts = [run.started for run in gathering.values()]
+            name = f"{min(starts):{_TIME_FORMAT}}-{max(starts):{_TIME_FORMAT}}-{secrets.token_hex(4)}{COMPACTED_SUFFIX}"
+            lines = "".join(run.model_dump_json() + "\n" for run in gathering.values())
+            body = gzip.compress(lines.encode("utf-8"), mtime=0)
+            self._write_atomically(self._path(INDEX, COMPACTED), name, body)
+        self._delete_all(gathered)
+        return len(gathering)
+
+    def _compacted_run(self, found: _IndexObjects, run_id: str, started: datetime.datetime) -> bool:
+        """Whether a compacted object holds ``run_id``: only those whose span of start times holds ``started``
+        are read (a new run is usually later than every compacted one: none)."""
+        moment = f"{started:{_TIME_FORMAT}}"
+        spanning = [path for path in found.compacted if _spans(path, moment, moment)]
+        for path, content in zip(spanning, self._read_all(spanning), strict=True):
+            if isinstance(content, BaseException):
+                continue  # merged away since listed (a compaction at the same moment): not looked for further
+            if any(run.run_id == run_id for run in self._entries(path, content)[0]):
+                return True
+        return False
+
+    def _index_objects(self) -> _IndexObjects:
+        """The index's loose entries and compacted objects, in one listing (OSError when it cannot be listed)."""
+        from pyarrow.fs import FileSelector, FileType  # noqa: PLC0415
+
+        folder, compacted_folder = self._path(INDEX), self._path(INDEX, COMPACTED)
+        infos = self.filesystem.get_file_info(FileSelector(folder, recursive=True, allow_not_found=True))
+        loose: list[str] = []
+        compacted: list[str] = []
+        for info in infos:
+            # Hidden: an entry or object being written in a folder, under the name it is renamed from.
+            if info.type != FileType.File or info.base_name.startswith("."):
+                continue
+            parent = info.path.rpartition("/")[0]
+            if parent == folder and info.base_name.endswith(".json"):
+                loose.append(info.path)
+            elif parent == compacted_folder and info.base_name.endswith(COMPACTED_SUFFIX):
+                compacted.append(info.path)
+        return _IndexObjects(loose=sorted(loose), compacted=sorted(compacted))
+
+    def _entries(self, path: str, content: bytes) -> tuple[list[StoredRun], str | None]:
+        """The runs in an index object's content, and what could not be read in it (None: all could)."""
+        if not path.endswith(COMPACTED_SUFFIX):
+            try:
+                return [StoredRun.model_validate_json(content)], None
+            except (ValidationError, ValueError) as error:
+                return [], first_line(error)
+        try:
+            lines = [line for line in gzip.decompress(content).splitlines() if line.strip()]
+        except (OSError, EOFError, zlib.error) as error:
+            return [], f"not a gzipped file: {_reason(error)}"
+        try:
+            return _ENTRIES.validate_json(b"[" + b",".join(lines) + b"]"), None
+        except (ValidationError, ValueError):
+            pass  # a line that is not an entry: each line read alone, to name it and keep the others
+        runs: list[StoredRun] = []
+        problems: list[str] = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                runs.append(StoredRun.model_validate_json(line))
+            except (ValidationError, ValueError) as error:
+                problems.append(f"line {number}: {first_line(error)}")
+        return runs, "; ".join(problems)
 
     def report(self, run: StoredRun) -> RunReport:
         """The stored run's whole results."""
@@ -180,19 +346,35 @@ class ResultsStore:
             raise
 
     def _write_entry(self, entry_name: str, text: str) -> None:
-        folder = self._path(INDEX)
+        self._write_atomically(self._path(INDEX), entry_name, text.encode("utf-8"))
+
+    def _write_atomically(self, folder: str, name: str, content: bytes) -> None:
+        """``content`` in one piece under ``folder/name``: in a folder written under a hidden name and renamed."""
         if not self.renames:
-            self._write(f"{folder}/{entry_name}", text)
+            self._write_bytes(f"{folder}/{name}", content)
             return
         self.filesystem.create_dir(folder, recursive=True)
-        partial = f"{folder}/.{entry_name}.{secrets.token_hex(4)}.partial"
+        partial = f"{folder}/.{name}.{secrets.token_hex(4)}.partial"
         try:
-            self._write(partial, text)
-            self.filesystem.move(partial, f"{folder}/{entry_name}")
+            self._write_bytes(partial, content)
+            self.filesystem.move(partial, f"{folder}/{name}")
         except BaseException:
             with suppress(OSError):
                 self.filesystem.delete_file(partial)
             raise
+
+    def _delete_all(self, paths: list[str]) -> None:
+        """Each of ``paths`` deleted, ``readers`` at a time; one another compaction deleted first is no error."""
+
+        def delete(path: str) -> None:
+            with suppress(FileNotFoundError):
+                self.filesystem.delete_file(path)
+
+        with ThreadPoolExecutor(
+            max_workers=max(1, min(self.readers, len(paths))), thread_name_prefix="store-gc"
+        ) as pool:
+            for _ in pool.map(delete, paths):
+                pass
 
     def _remove_run(self, relative: str) -> None:
         """A run that could not be stored: its folder (its objects) deleted, best effort: a store that fails that too
@@ -237,8 +419,11 @@ class ResultsStore:
             return data
 
     def _write(self, path: str, text: str) -> None:
+        self._write_bytes(path, text.encode("utf-8"))
+
+    def _write_bytes(self, path: str, content: bytes) -> None:
         with self.filesystem.open_output_stream(path, compression=None) as stream:
-            stream.write(text.encode("utf-8"))
+            stream.write(content)
 
     def _exists(self, path: str) -> bool:
         from pyarrow.fs import FileType  # noqa: PLC0415
@@ -250,6 +435,10 @@ class ResultsStore:
 
     def _bucket(self) -> str:
         return self.root.partition("/")[0]
+
+    def _index_name(self, path: str) -> str:
+        """An index object's name as warnings give it: a loose entry's file name, compacted/NAME."""
+        return path.removeprefix(self._path(INDEX) + "/")
 
     def _shown(self, path: str) -> str:
         """A path in the store as the user would name it."""
@@ -276,6 +465,18 @@ def open_store(location: str) -> ResultsStore:
 def _reason(error: BaseException) -> str:
     """An error's first line, without the errno pyarrow puts before a local file system's."""
     return re.sub(r"^\[Errno \d+\] ", "", first_line(error))
+
+
+def _entry_time(path: str) -> str | None:
+    """The start time a loose entry's name begins with."""
+    name = path.rpartition("/")[2]
+    return name[:16] if re.match(_TIME, name) else None
+
+
+def _spans(path: str, first: str, last: str) -> bool:
+    """Whether a compacted object's span of start times meets first..last (one not named so: it may)."""
+    named = _COMPACTED_NAME.fullmatch(path.rpartition("/")[2])
+    return named is None or (named[1] <= last and first <= named[2])
 
 
 def _slug(text: str) -> str:
