@@ -12,6 +12,7 @@ from pathlib import Path
 
 from batchmark.runner import __version__
 from batchmark.runner.commands import compare, history, merge, report, run
+from batchmark.runner.commands.history import add_selection_arguments
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
 from batchmark.runner.config.base import MAX_REPEATS, MAX_SWEEP_BENCHMARKS
 from batchmark.runner.config.sweep import MAX_SWEEP_FIELDS
@@ -142,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument(
         "results",
-        nargs="+",
-        help="results files (.json, .yaml) or, with --store, stored runs' ids; the first is the baseline unless "
-        "--baseline gives one",
+        nargs="*",
+        help="results files (.json, .yaml) or, with --store, stored runs' ids, then the stored runs the filters"
+        " below pick (oldest first); the first is the baseline unless --baseline gives one",
     )
     compare.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML file")
     compare.add_argument(
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PERCENT",
         help="the smallest drop in output tokens/s called a regression (default 5)",
     )
+    add_selection_arguments(compare)
     merge = commands.add_parser(
         "merge",
         help="merge the results of runs measured apart into one fleet's result",

@@ -263,6 +263,27 @@ def test_a_regression_against_a_baseline_exits_non_zero_and_an_equal_run_does_no
     assert "regressed False" in allowed.stdout.splitlines()[-1]
 
 
+def test_compare_picks_stored_runs_with_the_history_filters(tmp_path: Path) -> None:
+    """A CI pipeline gates on its latest run without knowing its id: `--last 1 --baseline last`."""
+    store = tmp_path / "store"
+    base = repeated_run(store, 0.01, "--repeats", "3")
+    equal = repeated_run(store, 0.01, "--repeats", "3")
+    slower = repeated_run(store, 0.03, "--repeats", "3")
+    gate = compare("--store", str(store), "--last", "1", "--baseline", "last")
+    assert gate.code == 6, gate.stderr
+    assert gate.stdout.splitlines()[-1].startswith(f"{slower} against {equal} (baseline): regressed True: ")
+    # Picked runs follow those named, oldest first; the first is the baseline.
+    key = listed(store)[0]["fingerprint"]["key"]
+    every = compare("--store", str(store), "--fingerprint", key[:6] + "*")
+    assert every.code == 0, every.stderr
+    assert f"{equal} against {base}" in every.stdout
+    assert f"{slower} against {base}" in every.stdout
+    named_first = compare("--store", str(store), slower, "--last", "2")
+    assert named_first.code == 0, named_first.stderr
+    assert f"{equal} against {slower}" in named_first.stdout  # slower, named, is not picked twice
+    assert f"{slower} against {slower}" not in named_first.stdout
+
+
 def test_a_baseline_of_another_workload_or_without_repeats_is_refused(tmp_path: Path) -> None:
     store = tmp_path / "store"
     base = repeated_run(store, 0.004, "--repeats", "2")
@@ -300,6 +321,13 @@ COMPARE_CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "a store that is not one": (["--store", "{t}/none", "x", "y"], ["--store", "no such folder"]),
     "one result without a baseline": (["a.json"], ["at least two"]),
+    "a filter without a store": (["--model", "o*", "a.json", "a.json"], ["--model: picks stored runs: give --store"]),
+    "a filter that picks nothing": (
+        ["--store", "{t}/store", "--model", "nobody", "--last", "3"],
+        ["--model --last: no stored run matches in"],
+    ),
+    "a count of no runs": (["--store", "{t}/store", "--last", "0"], ["--last: '0' is not a whole number"]),
+    "a time that is not one": (["--store", "{t}/store", "--since", "yesterday"], ["--since: 'yesterday'"]),
 }
 
 

@@ -1,5 +1,6 @@
-"""``batchmark compare``: several results side by side (files, or runs kept in a results store), optionally as
-one HTML report; with ``--baseline``, a regression verdict whose exit code a CI pipeline can gate on."""
+"""``batchmark compare``: several results side by side (files, or runs kept in a results store: by id or picked by
+history's filters), optionally as one HTML report; with ``--baseline``, a regression verdict whose exit code a CI
+pipeline can gate on."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from batchmark.runner.commands.history import Selection, selection
 from batchmark.runner.commands.report import check_html_output, load_results, write_html
 from batchmark.runner.config.load import UsageError
 from batchmark.runner.contract import EXIT_REGRESSED, EXIT_USAGE
@@ -37,11 +39,16 @@ def compare_command(args: argparse.Namespace) -> int:
     try:
         threshold = _threshold(args.threshold)
         store = _store(args.store)
-        if args.baseline is None and len(args.results) < 2:
-            raise UsageError("give at least two results to compare (or one with --baseline)")
+        chosen = selection(args)
+        if chosen.options and store is None:
+            raise UsageError(f"{chosen.options[0]}: picks stored runs: give --store")
         if args.output is not None:
             check_html_output(args.output, [Path(reference) for reference in args.results])
         resolved = [_resolve(store, reference) for reference in args.results]
+        if chosen.options and store is not None:
+            resolved += _picked(store, chosen, {label for label, _ in resolved})
+        if args.baseline is None and len(resolved) < 2:
+            raise UsageError("give at least two results to compare (or one with --baseline)")
         candidates = list(
             zip(_numbered([label for label, _ in resolved]), [report for _, report in resolved], strict=True)
         )
@@ -100,6 +107,14 @@ def _resolve(store: ResultsStore | None, reference: str) -> tuple[str, RunReport
     except BaselineError as error:
         raise UsageError(f"{error}; nor is it a file") from None
     return run.run_id, store.report(run)
+
+
+def _picked(store: ResultsStore, chosen: Selection, named: set[str]) -> list[tuple[str, RunReport]]:
+    """The stored runs the filters pick, oldest first, after those named by id; with their labels."""
+    runs = [run for run in chosen.picked(store.index().runs) if run.run_id not in named]
+    if not runs and not named:
+        raise UsageError(f"{' '.join(chosen.options)}: no stored run matches in {store.name}")
+    return [(run.run_id, store.report(run)) for run in runs]
 
 
 def _numbered(names: list[str]) -> list[str]:

@@ -8,6 +8,7 @@ import datetime
 import fnmatch
 import io
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import TypeAdapter
@@ -69,14 +70,7 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     history.add_argument(
         "--store", required=True, help="the results store: a folder (a path or a file:// URL) or s3://BUCKET/PREFIX"
     )
-    history.add_argument("--model", metavar="PATTERN", help="the model, e.g. 'Qwen/*'")
-    history.add_argument("--gpu", metavar="PATTERN", help="the device name, e.g. '*H100*'")
-    history.add_argument("--engine-version", metavar="PATTERN", help="vLLM's version, e.g. '0.11.*'")
-    history.add_argument("--name", metavar="PATTERN", help="the benchmark's name")
-    history.add_argument("--fingerprint", metavar="PATTERN", help="the workload's fingerprint key (or its start*)")
-    history.add_argument("--since", metavar="TIME", help="runs started at or after TIME (ISO 8601: 2026-12-01)")
-    history.add_argument("--until", metavar="TIME", help="runs started before TIME (ISO 8601)")
-    history.add_argument("--last", metavar="N", help="only the N most recent runs that match")
+    add_selection_arguments(history)
     history.add_argument("--format", default="table", help=f"how to print them: {', '.join(FORMATS)} (default table)")
     history.add_argument(
         "--compact",
@@ -90,6 +84,55 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="PATH",
         help="write them to PATH instead: .json, .csv, or .html (a page with output tokens/s over time per model and"
         " hardware, a series per workload, and the runs)",
+    )
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The filters that pick stored runs: history lists them, compare compares them."""
+    parser.add_argument("--model", metavar="PATTERN", help="the model, e.g. 'Qwen/*'")
+    parser.add_argument("--gpu", metavar="PATTERN", help="the device name, e.g. '*H100*'")
+    parser.add_argument("--engine-version", metavar="PATTERN", help="vLLM's version, e.g. '0.11.*'")
+    parser.add_argument("--name", metavar="PATTERN", help="the benchmark's name")
+    parser.add_argument("--fingerprint", metavar="PATTERN", help="the workload's fingerprint key (or its start*)")
+    parser.add_argument("--since", metavar="TIME", help="runs started at or after TIME (ISO 8601: 2026-12-01)")
+    parser.add_argument("--until", metavar="TIME", help="runs started before TIME (ISO 8601)")
+    parser.add_argument("--last", metavar="N", help="only the N most recent runs that match")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which stored runs the filters pick (every one where none is given)."""
+
+    patterns: dict[str, str]  # option (as in _GLOBS) -> shell-style pattern
+    since: datetime.datetime | None = None
+    until: datetime.datetime | None = None
+    last: int | None = None
+
+    @property
+    def options(self) -> list[str]:
+        """The filters given, as their options."""
+        given = [*self.patterns, *(name for name in ("since", "until", "last") if getattr(self, name) is not None)]
+        return ["--" + name.replace("_", "-") for name in given]
+
+    def picked(self, runs: list[StoredRun]) -> list[StoredRun]:
+        """The matching runs, in the index's order (oldest first)."""
+        chosen = [
+            run
+            for run in runs
+            if all(_matches(run, name, pattern) for name, pattern in self.patterns.items())
+            and (self.since is None or run.started >= self.since)
+            and (self.until is None or run.started < self.until)
+        ]
+        return chosen[-self.last :] if self.last is not None else chosen
+
+
+def selection(args: argparse.Namespace) -> Selection:
+    """The filters of add_selection_arguments, checked (UsageError names the option that is wrong)."""
+    return Selection(
+        patterns={name: pattern for name in _GLOBS if (pattern := getattr(args, name)) is not None},
+        since=_moment("--since", args.since),
+        until=_moment("--until", args.until),
+        last=_count("--last", args.last),
     )
 
 
@@ -146,28 +189,17 @@ def _selected(args: argparse.Namespace) -> tuple[list[StoredRun], list[str]]:
         store = open_store(args.store)
     except ValueError as error:
         raise UsageError(f"--store: {error}") from None
-    since = _moment("--since", args.since)
-    until = _moment("--until", args.until)
-    last = _count("--last", args.last)
+    chosen = selection(args)
     if args.compact:
         try:
             store.compact()
         except StoreError as error:
             raise UsageError(f"--compact: {error}") from None
     index = store.index()
-    runs = [
-        run
-        for run in index.runs
-        if all(_matches(run, name, getattr(args, name)) for name in _GLOBS)
-        and (since is None or run.started >= since)
-        and (until is None or run.started < until)
-    ]
-    return (runs[-last:] if last is not None else runs), index.unreadable
+    return chosen.picked(index.runs), index.unreadable
 
 
-def _matches(run: StoredRun, name: str, pattern: str | None) -> bool:
-    if pattern is None:
-        return True
+def _matches(run: StoredRun, name: str, pattern: str) -> bool:
     value = _GLOBS[name](run)
     return value is not None and fnmatch.fnmatchcase(value, pattern)
 
