@@ -45,22 +45,25 @@ def apply_stepped_benchmark(
     cluster: KubeCluster, namespace: str, name: str, step_seconds: float, results: dict[str, Any], **spec: Any
 ) -> None:
     """Three repeats of a short run whose every engine step takes ``step_seconds`` (slept in full, so that the
-    machine's load moves its throughput little), its runs kept where ``results`` says (spec.results)."""
+    machine's load moves its throughput little), its runs kept where ``results`` says (spec.results); ``spec``
+    adds fields or replaces these."""
     manifest = example("simulated-throughput.yaml", name=name)
     manifest["spec"].update(
-        backend={
-            "kind": "vllm_python_batch",
-            "model": "Qwen/Qwen3-0.6B",
-            "engine": "simulated",
-            "batchSize": 16,
-            "simulation": {"timeScale": 1, "stepFixedSeconds": step_seconds},
-        },
-        data={"kind": "synthetic_text", "promptTokens": 32, "outputTokens": 16},
-        profile={"kind": "throughput", "maxConcurrency": 32},
-        constraints=[{"kind": "max_requests", "count": 64}],
-        repeats=3,
-        results=results,
-        **spec,
+        {
+            "backend": {
+                "kind": "vllm_python_batch",
+                "model": "Qwen/Qwen3-0.6B",
+                "engine": "simulated",
+                "batchSize": 16,
+                "simulation": {"timeScale": 1, "stepFixedSeconds": step_seconds},
+            },
+            "data": {"kind": "synthetic_text", "promptTokens": 32, "outputTokens": 16},
+            "profile": {"kind": "throughput", "maxConcurrency": 32},
+            "constraints": [{"kind": "max_requests", "count": 64}],
+            "repeats": 3,
+            "results": results,
+            **spec,
+        }
     )
     applied = kubectl_apply(cluster, namespace, yaml.safe_dump(manifest))
     assert applied.returncode == 0, applied.stderr

@@ -92,13 +92,26 @@ def test_runs_outlive_their_benchmarks_and_a_regression_is_called(
     series = f"batchmark_operator_benchmark_regressed{{{labels}}} 1.0"
     assert series in metrics, [line for line in metrics.splitlines() if "regressed" in line]
 
+    # A baseline of another workload (longer prompts) is refused with the settings that differ: no verdict.
+    longer = {"kind": "synthetic_text", "promptTokens": 64, "outputTokens": 16}
+    stored_benchmark(cluster, namespace, "other", 0.01, baseline=first["runId"], data=longer)
+    other = assert_succeeds_with_results(cluster, namespace, "other")["status"]
+    assert (other["regression"]["verdict"], regressed(other)["status"]) == ("Unknown", "Unknown"), other["regression"]
+    assert regressed(other)["reason"] == "NoVerdict"
+    refusal = regressed(other)["message"]
+    assert refusal.startswith(f"the baseline {first['runId']} is another workload: "), refusal
+    assert "data.prompt_tokens: 32 against 64" in refusal
+    digests.append(kubelets_digest(cluster, namespace, "other", other))
+
     # The resources go; their runs stay, listed from the claim's folder.
-    deleted = cluster.kubectl("delete", "bb", "first", "equal", "slower", "-n", namespace, "--wait", "--timeout=120s")
+    deleted = cluster.kubectl(
+        "delete", "bb", "first", "equal", "slower", "other", "-n", namespace, "--wait", "--timeout=120s"
+    )
     assert deleted.returncode == 0, deleted.stderr
     listed = run_in_process(["history", "--store", str(store), "--format", "csv"])
     assert listed.code == 0, listed.stderr
     rows = listed.stdout.splitlines()[1:]
-    assert [row.split(",")[1] for row in rows] == [first["runId"], equal["runId"], slower["runId"]]
+    assert [row.split(",")[1] for row in rows] == [first["runId"], equal["runId"], slower["runId"], other["runId"]]
     assert all(",simulated,True," in row for row in rows)
     # Each run whole, written by the runner's user, its fingerprint's stack naming the image its kubelet ran.
     for row, digest in zip(rows, digests, strict=True):
