@@ -21,7 +21,7 @@ import pytest
 from devtools.cluster.kubelets import recorded_pod_network
 from tests.cli import command
 from tests.cluster_fixtures import required_binaries
-from tests.integration.runner.s3_fixtures import AWS_VARIABLES
+from tests.integration.runner.s3_fixtures import AWS_VARIABLES, aws_settings_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -34,17 +34,13 @@ STORE_URL = "s3://batchmark-demo/runs"
 def store_environment(env_file: Path, tmp_path: Path) -> dict[str, str]:
     """This process's environment with the machine's own AWS set-up removed and the demo's store's AWS_* variables
     (its RUN_DIR/s3.env, the lines users source) in their place."""
-    environment = {name: value for name, value in os.environ.items() if name not in AWS_VARIABLES}
-    environment.update(
-        AWS_CONFIG_FILE=str(tmp_path / "no-aws-config"),
-        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-aws-credentials"),
-        AWS_EC2_METADATA_DISABLED="true",
-    )
+    exported = {}
     for line in env_file.read_text().splitlines():
         if line.startswith("export "):
             name, _, value = line.removeprefix("export ").partition("=")
-            environment[name] = value
-    return environment
+            exported[name] = value
+    machine = {name: value for name, value in os.environ.items() if name not in AWS_VARIABLES}
+    return {**machine, **aws_settings_of(exported, tmp_path)}
 
 
 def processes_with(word: str) -> list[list[str]]:

@@ -21,7 +21,7 @@ from tests.cluster_fixtures import KubeCluster
 from tests.integration.cluster.benchmark_pods import apply_stepped_benchmark, assert_succeeds_with_results
 from tests.integration.operator.conftest import wait_for_phase
 from tests.integration.operator.installed import InstalledOperator
-from tests.integration.runner.s3_fixtures import AWS_VARIABLES, required_weed
+from tests.integration.runner.s3_fixtures import required_weed, use_only_store
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.images]
 
@@ -125,13 +125,7 @@ def test_runs_are_kept_in_an_s3_bucket_with_a_secrets_credentials_and_wrong_ones
         "delete", "bb", "first", "equal", "wrong-key", "-n", namespace, "--wait", "--timeout=120s"
     )
     assert deleted.returncode == 0, deleted.stderr
-    for variable in AWS_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
-    for variable, value in server.environment().items():
-        monkeypatch.setenv(variable, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    use_only_store(monkeypatch, server.environment(), tmp_path)
     listed = run_in_process(["history", "--store", STORE_URL, "--format", "csv"])
     assert listed.code == 0, listed.stderr
     rows = listed.stdout.splitlines()[1:]

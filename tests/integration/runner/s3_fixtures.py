@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,25 @@ AWS_VARIABLES = (
     "AWS_ROLE_ARN",
     "AWS_WEB_IDENTITY_TOKEN_FILE",
 )
+
+
+def aws_settings_of(store_variables: Mapping[str, str], tmp_path: Path) -> dict[str, str]:
+    """The variables to set, beside removing AWS_VARIABLES, for a process to reach one store as one identity: the
+    store's own (endpoint, keys, region) and nothing of the machine's (no ~/.aws files, no instance metadata)."""
+    return {
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **store_variables,
+    }
+
+
+def use_only_store(monkeypatch: pytest.MonkeyPatch, store_variables: Mapping[str, str], tmp_path: Path) -> None:
+    """This process's environment pointed at one store only (aws_settings_of)."""
+    for variable in AWS_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in aws_settings_of(store_variables, tmp_path).items():
+        monkeypatch.setenv(variable, value)
 
 
 def required_weed() -> Path:
@@ -69,12 +88,6 @@ class S3Store:
 def s3(s3_server_of_module: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> S3Store:
     """A store of the test's own on the module's server, and this process's environment pointed at it (and at
     nothing of the machine's: no ~/.aws, no instance metadata)."""
-    for variable in AWS_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
-    for variable, value in s3_server_of_module.environment().items():
-        monkeypatch.setenv(variable, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    use_only_store(monkeypatch, s3_server_of_module.environment(), tmp_path)
     prefix = f"tests/{uuid.uuid4().hex[:12]}"
     return S3Store(server=s3_server_of_module, url=f"s3://{s3_server_of_module.bucket}/{prefix}", prefix=prefix)

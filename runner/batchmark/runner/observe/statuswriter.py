@@ -494,13 +494,8 @@ class StatusWriter(RunObserver):
         return False
 
     def _write_termination_message(self, report: RunReport) -> None:
-        path = self.target.termination_message_path
-        if path is None:
-            return
-        try:
-            path.write_text(termination_message(report), encoding="utf-8")
-        except OSError as error:
-            log.warning("could not write the termination message to %s: %s", path, error)
+        if self.target.termination_message_path is not None:
+            _write_termination_message(self.target.termination_message_path, report)
 
 
 def record_output_failure(report: RunReport, failure: str, environ: Mapping[str, str] | None = None) -> None:
@@ -511,10 +506,13 @@ def record_output_failure(report: RunReport, failure: str, environ: Mapping[str,
         target = StatusTarget.from_environment(environ)
     except ValueError:
         return  # the run itself refused such an environment before it started
-    path = target.termination_message_path if target is not None else None
-    if path is None:
-        return
+    if target is not None and target.termination_message_path is not None:
+        _write_termination_message(target.termination_message_path, report, failure)
+
+
+def _write_termination_message(path: Path, report: RunReport, output_failure: str | None = None) -> None:
+    """The run's summary (termination_message) at ``path``; a failure is logged, never the run's."""
     try:
-        path.write_text(termination_message(report, output_failure=failure), encoding="utf-8")
+        path.write_text(termination_message(report, output_failure=output_failure), encoding="utf-8")
     except OSError as error:
         log.warning("could not write the termination message to %s: %s", path, error)
