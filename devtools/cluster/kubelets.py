@@ -46,6 +46,10 @@ CGROUP_PARENT = "batchmark"
 NODE_RANGE_START = 10
 NODE_RANGE_SIZE = 40
 CONTAINERD_NAMESPACE = "k8s.io"  # the one containerd's CRI plugin uses
+# An imported archive's layers are kept once, unpacked (the image's files), not also as the archive's layer blobs:
+# each copy is as large as the image (a GB for the runner's, 7 GB for the CPU runner's, on every node that holds
+# it), and with both a run filled CI's disk. (The discard works in ctr's local import only.)
+DISCARD_ARCHIVE_LAYERS = ("--local", "--discard-unpacked-layers")
 CLUSTER_DOMAIN = "cluster.local"
 
 
@@ -577,19 +581,17 @@ state = "{state}"
     def import_images(self, archives: Iterable[Path], names: Mapping[str, Sequence[str]] | None = None) -> None:
         """Import image archives (`podman save` or OCI); `names` adds more names to an imported image."""
         for archive in archives:
-            _run([*self._ctr(), "images", "import", archive], timeout=600)
+            _run([*self._ctr(), "images", "import", *DISCARD_ARCHIVE_LAYERS, archive], timeout=600)
         self._name(names or {})
 
     def import_saved(self, save: Sequence[str], names: Mapping[str, Sequence[str]]) -> None:
-        """Import the archive that the command `save` writes to its standard output, without a copy on disk, and
-        keep only its unpacked layers (the image's files), not the archive's layers as well: for an image of
-        several GB, each copy is as large again."""
+        """Import the archive that the command `save` writes to its standard output, without a copy on disk."""
         with (
             tempfile.TemporaryFile() as save_errors,
             subprocess.Popen(list(save), stdout=subprocess.PIPE, stderr=save_errors) as saving,
         ):
             imported = subprocess.run(
-                [*map(str, self._ctr()), "images", "import", "--local", "--discard-unpacked-layers", "-"],
+                [*map(str, self._ctr()), "images", "import", *DISCARD_ARCHIVE_LAYERS, "-"],
                 stdin=saving.stdout,
                 capture_output=True,
                 text=True,

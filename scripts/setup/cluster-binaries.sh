@@ -26,7 +26,15 @@ for version in "$kube_version" "$helm_version" "$kueue_version" "$jobset_version
     [[ -n "$version" ]] || { echo "build: cannot read the pinned versions" >&2; exit 1; }
 done
 
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod -modcacherw"
+# Go's build and module caches serve only builds, and the binaries are what is kept: in ~/.cache/go-build and
+# ~/go/pkg/mod these builds left ~16 GB that later test runs needed for images on their nodes (CI's disk filled).
+# A folder of this run's, removed when it ends (-modcacherw: the module cache's files are read-only otherwise).
+mkdir -p "$cache"
+go_caches="$(mktemp -d "$cache/.go-caches.XXXXXX")"
+trap 'rm -rf "$go_caches"' EXIT
+export GOCACHE="$go_caches/build" GOMODCACHE="$go_caches/modules"
+
 # From Go 1.27 encoding/json/v2 is on by default, and kube-openapi's JSON then comes out malformed
 # (kubectl apply fails with "failed to download openapi").
 go_minor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
@@ -86,7 +94,6 @@ copy_kueue_crds() { # partial-dir
     local source
     source="$(cd "$go_modules/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
     cp -r "$source/config/components/crd/bases" "$1/crds"
-    chmod -R u+w "$1/crds" # the module cache is read-only; a later rm -rf of the cache must work
 }
 after_build=copy_kueue_crds build_into "$go_modules/kueue" "$cache/kueue-$kueue_version" \
     "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version" \
@@ -98,7 +105,6 @@ copy_jobset_crds() { # partial-dir
     local source
     source="$(cd "$go_modules/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
     cp -r "$source/config/components/crd/bases" "$1/crds"
-    chmod -R u+w "$1/crds"
 }
 after_build=copy_jobset_crds build_into "$go_modules/jobset" "$cache/jobset-$jobset_version" \
     "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$jobset_version -X sigs.k8s.io/jobset/pkg/version.GitCommit=" \

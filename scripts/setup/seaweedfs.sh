@@ -21,19 +21,21 @@ if [[ -x "$target/weed" ]]; then
     exit 0
 fi
 
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod -modcacherw"
 partial="$target.partial.$$"
 source="$partial/src"
 trap 'rm -rf "$partial"' EXIT
 rm -rf "$partial"
 mkdir -p "$partial"
+# Go's build and module caches in the partial folder, removed with it: they serve only this build (in ~/.cache/go-build
+# and ~/go/pkg/mod they stayed, gigabytes that test runs needed; -modcacherw lets rm remove the modules).
+export GOCACHE="$partial/go-build" GOMODCACHE="$partial/go-modules"
 echo "build: building $module@$version into $target (this takes minutes the first time)" >&2
 started=$SECONDS
 dir="$(nice -n 10 go mod download -json "$module@$version" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
 cp -r "$dir" "$source"
-chmod -R u+w "$source" # the module cache is read-only
 (cd "$source" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$partial/weed" ./weed)
-rm -rf "$source"
+rm -rf "$source" "$GOCACHE" "$GOMODCACHE"
 # Renamed only when complete, so an interrupted build never looks like a cached one.
 mv "$partial" "$target"
 trap - EXIT
