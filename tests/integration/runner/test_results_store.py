@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from batchmark.runner.store.results_store import Index, ResultsStore
 from tests.cli import Finished, read_results, run_in_process
 from tests.integration.runner.harness import backend, run_args, stepped_run_args
 
@@ -263,14 +264,25 @@ def test_a_regression_against_a_baseline_exits_non_zero_and_an_equal_run_does_no
     assert "regressed False" in allowed.stdout.splitlines()[-1]
 
 
-def test_compare_picks_stored_runs_with_the_history_filters(tmp_path: Path) -> None:
+def test_compare_picks_stored_runs_with_the_history_filters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A CI pipeline gates on its latest run without knowing its id: `--last 1 --baseline last`."""
     store = tmp_path / "store"
     base = repeated_run(store, 0.01, "--repeats", "3")
     equal = repeated_run(store, 0.01, "--repeats", "3")
     slower = repeated_run(store, 0.03, "--repeats", "3")
+    index_reads = 0
+    read_index = ResultsStore.index
+
+    def counted(self: ResultsStore) -> Index:
+        nonlocal index_reads
+        index_reads += 1
+        return read_index(self)
+
+    monkeypatch.setattr(ResultsStore, "index", counted)
     gate = compare("--store", str(store), "--last", "1", "--baseline", "last")
     assert gate.code == 6, gate.stderr
+    assert index_reads == 1  # the filters and the baseline look runs up in one reading of the index
+    monkeypatch.undo()
     assert gate.stdout.splitlines()[-1].startswith(f"{slower} against {equal} (baseline): regressed True: ")
     # Picked runs follow those named, oldest first; the first is the baseline.
     key = listed(store)[0]["fingerprint"]["key"]

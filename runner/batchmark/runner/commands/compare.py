@@ -20,7 +20,7 @@ from batchmark.runner.results.regression import DEFAULT_THRESHOLD, describe, reg
 from batchmark.runner.results.repeats import SIGNIFICANCE, TEST, differ
 from batchmark.runner.results.report import Estimate, RepeatedBenchmark, RunReport, Verdict
 from batchmark.runner.store.baseline import LAST, BaselineError, baseline_run, stored_run
-from batchmark.runner.store.results_store import ResultsStore, StoreError, open_store
+from batchmark.runner.store.results_store import ResultsStore, StoreError, indexed_once, open_store
 
 # The figures compared beyond their intervals; the latency statistics both runs carry are added.
 _FIGURES = (
@@ -92,7 +92,7 @@ def _store(text: str | None) -> ResultsStore | None:
     if text is None:
         return None
     try:
-        return open_store(text)
+        return indexed_once(open_store(text))
     except ValueError as error:
         raise UsageError(f"--store: {error}") from None
 

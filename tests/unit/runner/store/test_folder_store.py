@@ -8,7 +8,7 @@ import pytest
 
 from batchmark.runner.results.report import RunReport
 from batchmark.runner.store import results_store as store_module
-from batchmark.runner.store.results_store import StoreError, open_store
+from batchmark.runner.store.results_store import StoreError, indexed_once, open_store
 from tests.unit.observability_data import simple_report as short_report
 
 
@@ -49,3 +49,28 @@ def test_runs_are_listed_oldest_first(tmp_path: Path) -> None:
     for report in (later, earlier, same_second):
         store.put(report)
     assert [run.run_id for run in store.index().runs] == ["earlier", "later", "same-second"]
+
+
+def test_a_store_indexed_once_reads_its_index_at_the_first_look_up_and_after_its_own_puts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listings = 0
+    list_index = store_module.ResultsStore._index_objects
+
+    def counted(store: store_module.ResultsStore) -> store_module._IndexObjects:
+        nonlocal listings
+        listings += 1
+        return list_index(store)
+
+    monkeypatch.setattr(store_module.ResultsStore, "_index_objects", counted)
+    open_store(str(tmp_path)).put(short_report().model_copy(update={"run_id": "first"}))
+    store = indexed_once(open_store(str(tmp_path)))
+    listings = 0
+    assert [run.run_id for run in store.index().runs] == ["first"]
+    assert [run.run_id for run in store.index().runs] == ["first"]
+    assert listings == 1
+    # Another writer's run is not seen; its own put is.
+    open_store(str(tmp_path)).put(short_report().model_copy(update={"run_id": "another"}))
+    assert [run.run_id for run in store.index().runs] == ["first"]
+    store.put(short_report().model_copy(update={"run_id": "own", "created_at": "2030-01-01T00:00:00+00:00"}))
+    assert [run.run_id for run in store.index().runs][-1] == "own"
