@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from kubernetes.client import CoreV1Api
 
-from batchmark.operator.controller.children import RUNNER_CONTAINER
+from batchmark.operator.controller.status import RUNNER_CONTAINER
 from batchmark.runner.observe.statuswriter import read_report_config_map
 from devtools.cluster import images
 from tests.cluster_fixtures import KubeCluster

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from batchmark.operator.controller.children import RUNNER_CONTAINER
+from batchmark.operator.controller.status import RUNNER_CONTAINER
 from batchmark.runner.contract import RUNNER_GID, RUNNER_UID
 from devtools.cluster.volumes import bind_local_volume, release_local_volume
 from tests.cluster_fixtures import KubeCluster

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from batchmark.operator.controller.children import RUNNER_CONTAINER
+from batchmark.operator.controller.status import RUNNER_CONTAINER
 from devtools.cluster.volumes import bind_local_volume, release_local_volume
 from tests.cli import run_in_process
 from tests.cluster_fixtures import KubeCluster

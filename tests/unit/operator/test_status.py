@@ -171,6 +171,19 @@ def test_a_run_whose_store_failed_ends_failed_saying_so_with_its_results_kept() 
     )
 
 
+@pytest.mark.parametrize(("exit_code", "reason"), [(4, Reason.OUTPUT_FAILED), (2, Reason.INVALID_CONFIG)])
+def test_an_exit_the_job_is_not_retried_on_ends_the_benchmark_before_the_job_says_so(
+    exit_code: int, reason: str
+) -> None:
+    """The Job's pod failure policy fails it on exits 2 and 4: between the pod's end and the Job's FailureTarget and
+    Failed conditions, the benchmark is not said to retry."""
+    ended = pod("Failed", node="gpu-node-0", terminated={"exitCode": exit_code, "reason": "Error"})
+    update = build_status(observe(job(failed=1), [ended], phase="Running", attempts=1))
+    assert (update.phase, update.reason) == (Phase.FAILED, reason)
+    assert conditions(update.fields)["Retrying"] == "False"
+    assert update.fields["attempts"] == 1
+
+
 def test_a_retry_keeps_the_phase_and_counts_attempts() -> None:
     """Phases never go back: a retry's pod waiting for a node is said in the reason, not by Scheduling again."""
     first = pod("Failed", node="gpu-node-0", name="bb-a", created="2026-01-01T00:00:00Z", terminated={"exitCode": 137})

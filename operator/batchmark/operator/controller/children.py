@@ -9,6 +9,7 @@ import yaml
 
 from batchmark.operator.controller import kueue
 from batchmark.operator.controller.jobset import JOB_INDEX_LABEL, JOBSET_API_VERSION, REPLICATED_JOB
+from batchmark.operator.controller.status import NOT_RETRIED_EXIT_CODES, RUNNER_CONTAINER
 from batchmark.operator.resource.api import (
     API_VERSION,
     DEFAULT_CPU_IMAGE,
@@ -42,8 +43,6 @@ from batchmark.runner.contract import (
     ENV_POD,
     ENV_TERMINATION,
     ENV_UID,
-    EXIT_OUTPUT_FAILED,
-    EXIT_USAGE,
     MEMBER_REPORT_PORT,
     STORE_MOUNT_PATH,
     TERMINATION_MESSAGE_PATH,
@@ -51,7 +50,6 @@ from batchmark.runner.contract import (
 from batchmark.runner.engines.registry import engine_entry
 
 SHM_PATH = "/dev/shm"
-RUNNER_CONTAINER = "runner"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # Time the runner gets after SIGTERM (cancel, deletion) to write its partial results.
 TERMINATION_GRACE_SECONDS = 60
@@ -186,9 +184,8 @@ def job(
     WorkloadPriorityClass, when the caller found one): Kueue unsuspends it when it admits it."""
     job_spec = _job_spec(owner, spec, identity)
     job_spec["backoffLimit"] = spec.retries
-    # A refused configuration would be refused again, and a run whose results store failed has its results in
-    # the status: another attempt would only repeat the same work, so either ends the Job at once.
-    no_retry = {"containerName": RUNNER_CONTAINER, "operator": "In", "values": [EXIT_USAGE, EXIT_OUTPUT_FAILED]}
+    # Another attempt would only repeat the same work.
+    no_retry = {"containerName": RUNNER_CONTAINER, "operator": "In", "values": list(NOT_RETRIED_EXIT_CODES)}
     job_spec["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": no_retry}]}
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished

@@ -33,6 +33,10 @@ from batchmark.operator.resource.status import FINISHED_PHASES, ConditionType, P
 from batchmark.runner.contract import EXIT_OUTPUT_FAILED, EXIT_USAGE
 from batchmark.runner.statusfields import RegressionStatus, RunnerImageStatus, parse_summary
 
+# The runner's exit codes on which the Job's pod failure policy fails the Job at once (children.job): a refused
+# configuration would be refused again, and a run whose results store failed has its results in the status.
+NOT_RETRIED_EXIT_CODES = (EXIT_USAGE, EXIT_OUTPUT_FAILED)
+
 RUNNER_CONTAINER = "runner"
 CONDITION_TYPES = (
     ConditionType.SCHEDULED,
@@ -444,7 +448,7 @@ def _phase(observation: Observation, pod: PodView | None) -> tuple[Phase, str, s
     alive = _pod_alive(pod) if job.members == 1 else any(_pod_alive(each) for each in observation.pods)
     if observation.cancel and not alive:
         return Phase.CANCELLED, Reason.CANCELLED, "cancelled (spec.cancel); the results so far are kept"
-    if job.failed_reason is not None:
+    if job.failed_reason is not None or _fails_its_job(job, pod):
         return _failure(job, pod)
     if observation.cancel:
         return _running_phase(observation, pod, Reason.CANCELLING, "stopping the benchmark (spec.cancel)")
@@ -491,6 +495,12 @@ def _preemptions(observation: Observation, when: str) -> list[dict[str, Any]]:
     if records and "results" not in records[-1] and results and run_id not in taken and job and job.suspended:
         records[-1] |= {"results": results, "runId": run_id}
     return records
+
+
+def _fails_its_job(job: JobView, pod: PodView | None) -> bool:
+    """A pod whose runner ended with an exit code the Job's pod failure policy fails the Job on: the Job fails next
+    (FailureTarget, then Failed), and the benchmark ends now instead of saying for a moment that it retries."""
+    return job.members == 1 and pod is not None and pod.phase == "Failed" and pod.exit_code in NOT_RETRIED_EXIT_CODES
 
 
 def _pod_alive(pod: PodView | None) -> bool:
