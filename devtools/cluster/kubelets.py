@@ -50,6 +50,11 @@ CONTAINERD_NAMESPACE = "k8s.io"  # the one containerd's CRI plugin uses
 # each copy is as large as the image (a GB for the runner's, 7 GB for the CPU runner's, on every node that holds
 # it), and with both a run filled CI's disk. (The discard works in ctr's local import only.)
 DISCARD_ARCHIVE_LAYERS = ("--local", "--discard-unpacked-layers")
+# Where `podman save` writes each layer before the archive (it needs the layer's size first): podman's own default
+# for big files (not /tmp, often in memory), in a folder of the saving process's, so that a save killed midway
+# (its 6.6 GB copy of the CPU runner's vLLM layer stayed in /var/tmp) is removed by the next one.
+SAVE_SCRATCH = Path("/var/tmp")
+SAVE_SCRATCH_PREFIX = "batchmark-save-"
 CLUSTER_DOMAIN = "cluster.local"
 
 
@@ -586,9 +591,13 @@ state = "{state}"
 
     def import_saved(self, save: Sequence[str], names: Mapping[str, Sequence[str]]) -> None:
         """Import the archive that the command `save` writes to its standard output, without a copy on disk."""
+        _remove_dead_scratch()
         with (
+            tempfile.TemporaryDirectory(prefix=_scratch_prefix(), dir=SAVE_SCRATCH) as scratch,
             tempfile.TemporaryFile() as save_errors,
-            subprocess.Popen(list(save), stdout=subprocess.PIPE, stderr=save_errors) as saving,
+            subprocess.Popen(
+                list(save), stdout=subprocess.PIPE, stderr=save_errors, env={**os.environ, "TMPDIR": scratch}
+            ) as saving,
         ):
             imported = subprocess.run(
                 [*map(str, self._ctr()), "images", "import", *DISCARD_ARCHIVE_LAYERS, "-"],
@@ -708,3 +717,19 @@ def _clean_up_node(directory: Path, cgroup: str) -> None:
     _remove_cgroup(cgroup)
     for state in ("containerd", "run", "kubelet", "ipam"):
         shutil.rmtree(directory / state, ignore_errors=True)
+
+
+def _scratch_prefix() -> str:
+    """This process's scratch folders' prefix: its PID and start time, which no later process shares."""
+    record = processes.record_for(os.getpid(), "save")
+    return f"{SAVE_SCRATCH_PREFIX}{os.getpid()}-{record.start_ticks if record is not None else 0}-"
+
+
+def _remove_dead_scratch() -> None:
+    """The scratch folders of saves whose process is gone (killed midway: nothing else removes them)."""
+    for folder in SAVE_SCRATCH.glob(f"{SAVE_SCRATCH_PREFIX}*"):
+        pid, ticks, *_ = [*folder.name.removeprefix(SAVE_SCRATCH_PREFIX).split("-"), "", ""]
+        if pid.isdigit() and ticks.isdigit():
+            owner = processes.ProcessRecord(name="save", pid=int(pid), start_ticks=int(ticks))
+            if not processes.is_alive(owner):
+                shutil.rmtree(folder, ignore_errors=True)
