@@ -53,12 +53,15 @@ def stepped_run_args(step_fixed: float, *extra: str) -> list[str]:
     """`run` on the simulated engine whose every step takes ``step_fixed`` seconds and more, slept in full
     (time_scale 1, so that a loaded machine's harness moves the throughput little): 64 short requests in batches
     of 16; ``extra`` options after."""
+    return ["run", "--quiet", *stepped_options(step_fixed, *extra)]
+
+
+def stepped_options(step_fixed: float, *extra: str, time_scale: float = 1.0) -> list[str]:
+    """The options of `stepped_run_args`, its steps slept at ``time_scale``."""
     return [
-        "run",
-        "--quiet",
         "--backend",
         "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
-        f"simulation.time_scale=1,simulation.step_fixed_seconds={step_fixed}",
+        f"simulation.time_scale={time_scale},simulation.step_fixed_seconds={step_fixed}",
         "--data",
         "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
         "--profile",

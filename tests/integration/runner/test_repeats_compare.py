@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_and_load, run_in_process
+from tests.integration.runner.harness import stepped_options
 
 pytestmark = pytest.mark.integration
 
@@ -14,23 +15,7 @@ pytestmark = pytest.mark.integration
 def results_file(tmp_path: Path, name: str, step_fixed: float, repeats: int = 3) -> Path:
     """A run whose every engine step takes ``step_fixed`` seconds and more, repeated; its JSON results."""
     output = tmp_path / f"{name}.json"
-    run_and_load(
-        output,
-        [
-            "--backend",
-            "kind=vllm_python_batch,model=m,engine=simulated,batch_size=16,batch_timeout=0.005,"
-            f"simulation.time_scale=0.2,simulation.step_fixed_seconds={step_fixed}",
-            "--data",
-            "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
-            "--profile",
-            "kind=throughput,max_concurrency=32",
-            "--constraint",
-            "kind=max_requests,count=64",
-            "--repeats",
-            str(repeats),
-        ],
-        in_process=True,
-    )
+    run_and_load(output, stepped_options(step_fixed, "--repeats", str(repeats), time_scale=0.2), in_process=True)
     return output
 
 
