@@ -254,6 +254,16 @@ RUNNER_SERIES: Final = (
     PHASE,
     RUN_INFO,
 )
+# What a pod that runs only vLLM's workers of an engine over several pods exports instead.
+ENGINE_NODE_WORKERS: Final = Series(
+    "batchmark_engine_node_workers",
+    "gauge",
+    "1 while this pod holds its node of an engine over several pods (its node rank, above 0): from the wait for"
+    " node 0, whose pod runs the benchmark, to the end of this node's vLLM workers; 0 after.",
+    ("benchmark", "node"),
+    "runner",
+)
+ENGINE_NODE_SERIES: Final = (ENGINE_NODE_WORKERS,)
 
 # A run's final results, pushed once it ends. One label set per benchmark of the run: its strategy, its batch size
 # and the other swept values ("field=value,...", empty without a sweep).
@@ -465,7 +475,7 @@ OPERATOR_SERIES: Final = (
     *OPERATOR_RESULT_SERIES,
 )
 
-SERIES: Final = (*RUNNER_SERIES, *PUSHED_SERIES, *OPERATOR_SERIES)
+SERIES: Final = (*RUNNER_SERIES, *ENGINE_NODE_SERIES, *PUSHED_SERIES, *OPERATOR_SERIES)
 
 
 def selected_by(sample: str) -> tuple[Series, ...]:

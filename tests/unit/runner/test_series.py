@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from batchmark.operator.controller.metrics import OperatorMetrics
 from batchmark.runner import series
-from batchmark.runner.observe.metrics import MetricsObserver
+from batchmark.runner.observe.metrics import EngineNodeMetrics, MetricsObserver
 from batchmark.runner.observe.pushgateway import results_registry
 from tests.unit.observability_data import CONFIG, simple_report
 
@@ -35,6 +35,13 @@ def test_the_runners_live_series_are_the_declared_ones() -> None:
     observer = MetricsObserver(CONFIG, "declared")
     exported = assert_declared(observer.registry, "runner")
     assert exported == {each.name for each in series.RUNNER_SERIES}
+
+
+def test_a_workers_only_pods_series_are_the_declared_ones() -> None:
+    metrics = EngineNodeMetrics("nodes", 1)
+    metrics.workers_running(True)
+    exported = assert_declared(metrics.registry, "runner")
+    assert exported == {each.name for each in series.ENGINE_NODE_SERIES}
 
 
 def test_the_operators_series_are_the_declared_ones() -> None:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
 from rich.console import Console
 
 from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS
@@ -31,7 +32,7 @@ from batchmark.runner.observe.console import (
     print_summary,
     print_warning,
 )
-from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer
+from batchmark.runner.observe.metrics import EngineNodeMetrics, MetricsObserver, MetricsServer
 from batchmark.runner.observe.pushgateway import PushOutcome, push_results, run_succeeded
 from batchmark.runner.observe.statuswriter import record_output_failure
 from batchmark.runner.results.outputs import write_reports
@@ -53,7 +54,7 @@ def run_command(
     except UsageError as error:
         print_error(console, "run", str(error))
         return EXIT_USAGE
-    served = _serve_engine_node(console, config, shutdown)
+    served = _serve_engine_node(console, args, config, shutdown)
     return served if served is not None else _run(console, args, config, extra_observers, shutdown)
 
 
@@ -84,15 +85,11 @@ def _run(
     if metrics_port is not None:
         exporter = MetricsObserver(config, runner.run_id)
         observers.append(exporter)  # the runner fans out to this very list
-        address = getattr(args, "metrics_address", "127.0.0.1")
         try:
-            metrics_server = MetricsServer(exporter.registry, metrics_port, address)
-        except OSError as error:
-            print_error(
-                console, "run", f"--metrics-port: cannot listen on {address}:{metrics_port}: {error.strerror or error}"
-            )
+            metrics_server = _serve_metrics(console, args, metrics_port, exporter.registry)
+        except UsageError as error:
+            print_error(console, "run", str(error))
             return EXIT_USAGE
-        print_plain(console, f"serving metrics on {metrics_server.url}")
     report: RunReport | None = None
     code = EXIT_FAILED
     if leftovers := leftover_engines_warning(engine_processes()):
@@ -119,9 +116,9 @@ def _run(
     return shutdown.exit_code or code
 
 
-def _serve_engine_node(console: Console, config: RunConfig, shutdown: Shutdown) -> int | None:
+def _serve_engine_node(console: Console, args: argparse.Namespace, config: RunConfig, shutdown: Shutdown) -> int | None:
     """In a pod that holds only workers of an engine over several pods, their run's exit code (node rank 0's pod
-    runs the benchmark); None in any other pod."""
+    runs the benchmark), with --metrics-port the series that say they run; None in any other pod."""
     try:
         nodes = EngineNodes.from_environment()
     except EngineNodesError as error:
@@ -138,12 +135,38 @@ def _serve_engine_node(console: Console, config: RunConfig, shutdown: Shutdown) 
     if node_args is None:
         print_error(console, "run", f"--backend: engine {config.backend.engine} cannot span several pods")
         return EXIT_USAGE
-    outcome = serve_engine_node(nodes, node_args(config.backend, nodes), shutdown.stop)
+    metrics = EngineNodeMetrics(config.name, nodes.rank)
+    server: MetricsServer | None = None
+    metrics_port: int | None = getattr(args, "metrics_port", None)
+    if metrics_port is not None:
+        try:
+            server = _serve_metrics(console, args, metrics_port, metrics.registry)
+        except UsageError as error:
+            print_error(console, "run", str(error))
+            return EXIT_USAGE
+    metrics.workers_running(True)
+    try:
+        outcome = serve_engine_node(nodes, node_args(config.backend, nodes), shutdown.stop)
+    finally:
+        metrics.workers_running(False)
+        if server is not None:
+            server.close()
     if outcome.code == 0:
         print_plain(console, outcome.message)
     else:
         print_error(console, "run", outcome.message)
     return shutdown.exit_code or outcome.code
+
+
+def _serve_metrics(console: Console, args: argparse.Namespace, port: int, registry: CollectorRegistry) -> MetricsServer:
+    """--metrics-port's server of ``registry``; UsageError when it cannot listen."""
+    address = getattr(args, "metrics_address", "127.0.0.1")
+    try:
+        server = MetricsServer(registry, port, address)
+    except OSError as error:
+        raise UsageError(f"--metrics-port: cannot listen on {address}:{port}: {error.strerror or error}") from None
+    print_plain(console, f"serving metrics on {server.url}")
+    return server
 
 
 def _judge(config: RunConfig) -> Callable[[RunReport], RegressionReport] | None:
