@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi, V1ConfigMap, V1ObjectMeta
 
 from devtools.cluster.jobset import JobSet
 from devtools.cluster.kueue import KUEUE_API_VERSION, Kueue, cluster_queue
@@ -17,8 +17,9 @@ from tests.cluster_fixtures import KubeCluster
 from tests.integration.operator.conftest import benchmark, example, wait_for_phase
 from tests.integration.operator.installed import InstalledOperator
 from tests.integration.operator.test_kueue_queueing import ClusterObjects, gpu_queue
+from tests.integration.operator.test_operator_data import JSONL
 from tests.integration.operator.test_operator_e2e import apply, results_report
-from tests.polling import wait_for
+from tests.polling import CLUSTER_PATIENCE_SECONDS, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -190,3 +191,30 @@ def test_kueue_admits_the_group_whole_or_not_at_all(
         assert status["results"][0]["replicas"] == 3
     finally:
         objects.delete_all()
+
+
+def test_a_refused_configuration_fails_the_group_at_once_without_restarting_it(
+    batchmark_operator: InstalledOperator, jobset: JobSet, kube_namespace: str
+) -> None:
+    """Exit 2 (a refused configuration) would be refused again: the pod's Job fails by its pod failure policy, and
+    JobSet fails the group instead of restarting it (spec.retries)."""
+    cluster = batchmark_operator.cluster
+    CoreV1Api(cluster.api_client()).create_namespaced_config_map(
+        kube_namespace, V1ConfigMap(metadata=V1ObjectMeta(name="prompts"), data={"prompts.jsonl": JSONL})
+    )
+    data = {"kind": "file", "path": "prompts.jsonl", "promptColumn": "question"}
+    apply(cluster, kube_namespace, fleet("refused", 2, retries=1, data=data, dataVolume={"configMap": "prompts"}))
+    status = wait_for_phase(cluster, kube_namespace, "refused", {"Succeeded", "Failed"}, 180)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidConfig"), status
+    assert "'question'" in status["message"], status
+    assert status.get("attempts", 1) == 1, status
+
+    def failed_group() -> dict[str, Any] | None:
+        group = cluster.request("GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{kube_namespace}/jobsets/refused")
+        conditions = (group.get("status") or {}).get("conditions") or []
+        failed = any(condition["type"] == "Failed" and condition["status"] == "True" for condition in conditions)
+        return dict(group) if failed else None
+
+    # The benchmark ends with its pod's exit; JobSet fails the group soon after, without a restart.
+    group = wait_for("the JobSet to fail", failed_group, CLUSTER_PATIENCE_SECONDS)
+    assert group["status"].get("restarts", 0) == 0, group["status"]

@@ -72,7 +72,12 @@ def test_replicas_over_several_pods_are_one_jobset_all_or_nothing() -> None:
     assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpus"  # Kueue admits it whole
     jobset_spec = manifest["spec"]
     assert jobset_spec["suspend"] is True
-    assert jobset_spec["failurePolicy"] == {"maxRestarts": 1}
+    # Restarted whole on a failure that may go otherwise next time; not on a refused configuration, nor a failed
+    # results store: the failed Job's pod failure policy says which, and JobSet fails instead of restarting.
+    assert jobset_spec["failurePolicy"] == {
+        "maxRestarts": 1,
+        "rules": [{"name": "NotRetried", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+    }
     assert jobset_spec["successPolicy"] == {"operator": "All"}
     assert jobset_spec["network"]["enableDNSHostnames"] is True
     [replicated] = jobset_spec["replicatedJobs"]
@@ -80,6 +85,7 @@ def test_replicas_over_several_pods_are_one_jobset_all_or_nothing() -> None:
     job_spec = replicated["template"]["spec"]
     assert (job_spec["completions"], job_spec["parallelism"], job_spec["backoffLimit"]) == (1, 1, 0)
     assert job_spec["completionMode"] == "Indexed"
+    assert job_spec["podFailurePolicy"] == children.job(OWNER, fleet)["spec"]["podFailurePolicy"]
     pod = job_spec["template"]["spec"]
     assert pod["serviceAccountName"] == OWNER.runner
     [container] = pod["containers"]
@@ -250,6 +256,15 @@ def test_a_pod_that_failed_fails_the_benchmark_naming_the_pod() -> None:
     phase, reason, message, _ = phase_of(failed, [member(0), oom, member(2)])
     assert (phase, reason) == (Phase.FAILED, Reason.OOM_KILLED)
     assert message.startswith("pod 1 of 3 (bb-runner-1-0-x on n1): the runner ran out of memory")
+
+
+def test_a_pod_whose_exit_its_job_is_not_retried_on_fails_the_benchmark_before_the_jobset_says_so() -> None:
+    running = jobset(active=2, failed=1)
+    refused = member(1, "Failed", terminated={"exitCode": contract.EXIT_USAGE, "reason": "Error"})
+    phase, reason, message, fields = phase_of(running, [member(0), refused, member(2)], phase="Running", attempts=1)
+    assert (phase, reason) == (Phase.FAILED, Reason.INVALID_CONFIG)
+    assert message.startswith("pod 1 of 3 (bb-runner-1-0-x on n1): ")
+    assert fields["attempts"] == 1
 
 
 def test_the_status_says_how_many_replicas_for_the_replicas_column() -> None:

@@ -184,9 +184,7 @@ def job(
     WorkloadPriorityClass, when the caller found one): Kueue unsuspends it when it admits it."""
     job_spec = _job_spec(owner, spec, identity)
     job_spec["backoffLimit"] = spec.retries
-    # Another attempt would only repeat the same work.
-    no_retry = {"containerName": RUNNER_CONTAINER, "operator": "In", "values": list(NOT_RETRIED_EXIT_CODES)}
-    job_spec["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": no_retry}]}
+    job_spec["podFailurePolicy"] = _not_retried()
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     metadata = owner.metadata(owner.name)
@@ -205,12 +203,14 @@ def jobset(
     """The JobSet of a benchmark over several pods: ``spec.pods`` Jobs of one pod each, every pod the Job's pod of
     a one-pod benchmark plus its index (the runner names itself member <index> of <pods> by it). All succeed or
     the benchmark fails: one pod that fails fails the JobSet (and JobSet stops the others), which is restarted
-    whole ``spec.retries`` times. Every field JobSet's defaulting webhook would set is written out, so the JobSet
-    runs the same where that webhook does not run.
+    whole ``spec.retries`` times, unless its runner exited with one of NOT_RETRIED_EXIT_CODES. Every field
+    JobSet's defaulting webhook would set is written out, so the JobSet runs the same where that webhook does not
+    run.
 
     With ``spec.queueName`` it is created suspended with Kueue's labels, and Kueue admits it as one workload."""
     job_spec = _job_spec(owner, spec, identity, members=spec.pods)
     job_spec |= {"backoffLimit": 0, "completionMode": "Indexed", "completions": 1, "parallelism": 1}
+    job_spec["podFailurePolicy"] = _not_retried()
     set_spec: dict[str, Any] = {
         "replicatedJobs": [
             {
@@ -222,7 +222,11 @@ def jobset(
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "successPolicy": {"operator": "All"},
         "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
-        "failurePolicy": {"maxRestarts": spec.retries},
+        "failurePolicy": {
+            "maxRestarts": spec.retries,
+            # A Job that its pod failure policy failed (_not_retried) fails the JobSet, not restarts it.
+            "rules": [{"name": "NotRetried", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+        },
     }
     if spec.ttl_seconds_after_finished is not None:
         set_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
@@ -231,6 +235,13 @@ def jobset(
         set_spec["suspend"] = True
         metadata["labels"] |= kueue.job_labels(spec.queue_name, workload_priority_class)
     return {"apiVersion": JOBSET_API_VERSION, "kind": "JobSet", "metadata": metadata, "spec": set_spec}
+
+
+def _not_retried() -> dict[str, Any]:
+    """A Job's pod failure policy that fails it at once when the runner exits with one of NOT_RETRIED_EXIT_CODES:
+    another attempt would only repeat the same work."""
+    exits = {"containerName": RUNNER_CONTAINER, "operator": "In", "values": list(NOT_RETRIED_EXIT_CODES)}
+    return {"rules": [{"action": "FailJob", "onExitCodes": exits}]}
 
 
 def leader_address(owner: Owner) -> str:

@@ -498,9 +498,10 @@ def _preemptions(observation: Observation, when: str) -> list[dict[str, Any]]:
 
 
 def _fails_its_job(job: JobView, pod: PodView | None) -> bool:
-    """A pod whose runner ended with an exit code the Job's pod failure policy fails the Job on: the Job fails next
-    (FailureTarget, then Failed), and the benchmark ends now instead of saying for a moment that it retries."""
-    return job.members == 1 and pod is not None and pod.phase == "Failed" and pod.exit_code in NOT_RETRIED_EXIT_CODES
+    """A pod whose runner ended with an exit code the Job's pod failure policy fails the Job on (and so a JobSet):
+    it fails next (a Job's FailureTarget, then Failed), and the benchmark ends now instead of saying for a moment
+    that it retries."""
+    return pod is not None and pod.phase == "Failed" and pod.exit_code in NOT_RETRIED_EXIT_CODES
 
 
 def _pod_alive(pod: PodView | None) -> bool:
