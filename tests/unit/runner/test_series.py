@@ -39,7 +39,7 @@ def test_the_runners_live_series_are_the_declared_ones() -> None:
 
 def test_a_workers_only_pods_series_are_the_declared_ones() -> None:
     metrics = EngineNodeMetrics("nodes", 1)
-    metrics.workers_running(True)
+    metrics.holds_node(True)
     exported = assert_declared(metrics.registry, "runner")
     assert exported == {each.name for each in series.ENGINE_NODE_SERIES}
 

@@ -118,7 +118,7 @@ def _run(
 
 def _serve_engine_node(console: Console, args: argparse.Namespace, config: RunConfig, shutdown: Shutdown) -> int | None:
     """In a pod that holds only workers of an engine over several pods, their run's exit code (node rank 0's pod
-    runs the benchmark), with --metrics-port the series that say they run; None in any other pod."""
+    runs the benchmark), with --metrics-port the series that says it holds its node; None in any other pod."""
     try:
         nodes = EngineNodes.from_environment()
     except EngineNodesError as error:
@@ -144,11 +144,11 @@ def _serve_engine_node(console: Console, args: argparse.Namespace, config: RunCo
         except UsageError as error:
             print_error(console, "run", str(error))
             return EXIT_USAGE
-    metrics.workers_running(True)
+    metrics.holds_node(True)
     try:
         outcome = serve_engine_node(nodes, node_args(config.backend, nodes), shutdown.stop)
     finally:
-        metrics.workers_running(False)
+        metrics.holds_node(False)
         if server is not None:
             server.close()
     if outcome.code == 0:

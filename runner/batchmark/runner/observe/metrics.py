@@ -198,15 +198,16 @@ class MetricsObserver(RunObserver):
 
 
 class EngineNodeMetrics:
-    """What a pod that runs only vLLM's workers of an engine over several pods exports: that they run. (The chart's
-    PodMonitor scrapes every benchmark pod's metrics port, theirs too; node 0's pod exports the run's series.)"""
+    """What a pod that runs only vLLM's workers of an engine over several pods exports: whether it holds its node
+    of the engine (from the wait for node 0 to its workers' end). The chart's PodMonitor scrapes every benchmark
+    pod's metrics port, theirs too; node 0's pod exports the run's series."""
 
     def __init__(self, benchmark: str, node: int) -> None:
         self.registry = CollectorRegistry()
         self._workers = series.gauge(series.ENGINE_NODE_WORKERS, self.registry).labels(benchmark, str(node))
 
-    def workers_running(self, running: bool) -> None:
-        self._workers.set(1 if running else 0)
+    def holds_node(self, holding: bool) -> None:
+        self._workers.set(1 if holding else 0)
 
 
 class MetricsServer:
