@@ -15,6 +15,7 @@ status with the Job, and, while it waits, its position in the queue (``positions
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -103,38 +104,45 @@ class Reconciler:
         if spec.cancel and self._job(namespace, name, owner.uid, spec.pods) is None:
             self.refresh(namespace, name)
             return
-        # The calls go in three rounds, each made at once, not nine in a row (with 200 benchmarks applied
-        # together that made the last Job wait seconds): the Pending status (from the body just received: no
-        # one else writes the status of a benchmark without a Job) and the children that need nothing; then the
+        # The calls go in two rounds, each made at once, not nine in a row (with 200 benchmarks applied together
+        # that made the last Job wait seconds): the Pending status (from the body just received: no one else
+        # writes the status of a benchmark without a Job), the children that need nothing and the Job; then the
         # RoleBinding, which needs its Role (the operator holds no `bind` permission, so the API server checks
-        # the Role's rules), and the Job, whose pods need their ServiceAccount; then the status that says so.
-        pending = (
-            self.threads.aside(lambda: self.refresh(namespace, name, body=body)) if not status.get("phase") else None
-        )
-        try:
-            self._create_at_once(
-                children.config_map(owner, config),
-                children.service_account(owner),
-                children.role(owner),
+        # the Role's rules), beside the status that says the Job exists. The Job does not wait for its
+        # ServiceAccount: the Job controller creates its pods only once it has seen the Job, and retries a pod
+        # refused for want of its account; the runner needs its RoleBinding only once it runs.
+        # The lock is held from before the Job exists to the status that says so: the Job's and pod's events
+        # wait, so the phases are written in the order they happened (Scheduling before LoadingEngine); the
+        # Pending refresh runs under this thread's hold.
+        with self.threads.locks.held(namespace, name):
+            pending = (
+                self.threads.aside(lambda: self.refresh(namespace, name, body=body, lock_held=True))
+                if not status.get("phase")
+                else None
             )
-            if pending is not None:
-                pending.result()  # Pending is written before the Job's status can be
-            # Held from the Job's creation to the status that says so: the Job's and pod's events wait, so the
-            # phases are written in the order they happened (Scheduling before LoadingEngine).
-            with self.threads.locks.held(namespace, name):
-                _, created = self._create_at_once(children.role_binding(owner), job)
+            try:
+                *_, created = self._create_at_once(
+                    children.config_map(owner, config),
+                    children.service_account(owner),
+                    children.role(owner),
+                    job,
+                )
+                binding = self.threads.aside(lambda: self.kube.create(children.role_binding(owner)))
+                if pending is not None:
+                    pending.result()  # Pending is written before the Job's status can be
                 # A Job this call created has no pod yet: the benchmark is Scheduling now, whatever comes next.
                 self.refresh(namespace, name, created_job=job if created else None)
-        except ApiException as error:
-            # 422 is the answer of admission (a policy such as the chart's, which keeps the operator's writes
-            # out of protected namespaces) and of validation: the same objects would be refused every time, so
-            # the benchmark ends here instead of being retried for ever.
-            if error.status != HTTPStatus.UNPROCESSABLE_ENTITY:
-                raise
-            if pending is not None:
-                pending.result()  # Pending first, so that it never follows Failed
-            refused = f"the API server refused the benchmark's objects: {_api_message(error)}"
-            self.refresh(namespace, name, invalid=refused, invalid_reason=Reason.ADMISSION_REFUSED)
+                binding.result()
+            except ApiException as error:
+                # 422 is the answer of admission (a policy such as the chart's, which keeps the operator's writes
+                # out of protected namespaces) and of validation: the same objects would be refused every time, so
+                # the benchmark ends here instead of being retried for ever.
+                if error.status != HTTPStatus.UNPROCESSABLE_ENTITY:
+                    raise
+                if pending is not None:
+                    pending.result()  # Pending first, so that it never follows Failed
+                refused = f"the API server refused the benchmark's objects: {_api_message(error)}"
+                self.refresh(namespace, name, invalid=refused, invalid_reason=Reason.ADMISSION_REFUSED)
 
     def _check_jobset(self, spec: BatchBenchmarkSpec, name: str) -> None:
         """A benchmark over several pods needs JobSet's API, and a name its Jobs' names can carry."""
@@ -194,11 +202,13 @@ class Reconciler:
         created_job: Mapping[str, Any] | None = None,
         invalid_reason: Reason = Reason.INVALID_CONFIG,
         body: Mapping[str, Any] | None = None,
+        lock_held: bool = False,
     ) -> StatusUpdate | None:
         """Build the status from what is observed now and patch what changed; ``created_job``: the manifest
         of the Job the caller has just created (no watch has seen it yet, and it has no pod); ``body``: the
-        resource as just received, instead of reading it again."""
-        with self.threads.locks.held(namespace, name):
+        resource as just received, instead of reading it again; ``lock_held``: the benchmark's lock is held for
+        this call by the thread waiting for it (``ensure``)."""
+        with contextlib.nullcontext() if lock_held else self.threads.locks.held(namespace, name):
             if body is None:
                 body = self.kube.get_benchmark(namespace, name)
             if body is None:
