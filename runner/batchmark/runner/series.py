@@ -156,6 +156,29 @@ QUEUE_WAIT: Final = Series(
     "runner",
     SECONDS_BUCKETS,
 )
+TIME_TO_FIRST_TOKEN: Final = Series(
+    "batchmark_time_to_first_token_seconds",
+    "histogram",
+    "Enqueue to first token of measured requests: where the stream delivered it (the async backend), else from the"
+    " engine's own timings where it gives them.",
+    ENGINE_LABELS,
+    "runner",
+    SECONDS_BUCKETS,
+)
+# From a fraction of a millisecond (a small model's decode step on a GPU) to seconds (a stalled stream).
+INTER_TOKEN_BUCKETS: Final[tuple[float, ...]] = (
+    *(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05),
+    *(0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+)
+INTER_TOKEN_LATENCY: Final = Series(
+    "batchmark_inter_token_latency_seconds",
+    "histogram",
+    "Interval between two output tokens of a measured request, as the stream delivered them (the async backend;"
+    " the batch backend sees no token before its request ends).",
+    ENGINE_LABELS,
+    "runner",
+    INTER_TOKEN_BUCKETS,
+)
 BATCH_WAIT: Final = Series(
     "batchmark_batch_wait_seconds",
     "histogram",
@@ -242,6 +265,8 @@ RUNNER_SERIES: Final = (
     OUTPUT_TOKENS,
     REQUEST_LATENCY,
     QUEUE_WAIT,
+    TIME_TO_FIRST_TOKEN,
+    INTER_TOKEN_LATENCY,
     BATCH_WAIT,
     BATCH_DURATION,
     DISPATCH_OVERHEAD,

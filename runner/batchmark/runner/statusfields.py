@@ -47,6 +47,13 @@ class BenchmarkSummary(SummaryModel):
     ttft_p50_seconds: float | None = Field(default=None, description="Median time to first token, seconds.")
     ttft_p99_seconds: float | None = Field(default=None, description="99th percentile time to first token, seconds.")
     tpot_p50_seconds: float | None = Field(default=None, description="Median time per output token, seconds.")
+    itl_p50_seconds: float | None = Field(
+        default=None, description="Median interval between two output tokens on the stream (async backend), seconds."
+    )
+    itl_p99_seconds: float | None = Field(
+        default=None,
+        description="99th percentile interval between two output tokens on the stream (async backend), seconds.",
+    )
     mean_batch_size: float | None = Field(default=None, description="Mean effective batch size.")
     engine_utilization: float | None = Field(
         default=None, description="Share of the measured window the engine was busy, 0 to 1."

@@ -93,6 +93,13 @@ def test_the_demo_ends_with_every_example_succeeded(tmp_path: Path) -> None:
         phases = {item["metadata"]["name"]: item["status"]["phase"] for item in items}
         assert set(phases.values()) == {"Succeeded"}, phases
         assert "NAME" in demo.stdout  # kubectl get bb printed its table
+        # Either backend as a BatchBenchmark: the async one's status has what only a stream measures.
+        by_name = {item["metadata"]["name"]: item for item in items}
+        [streamed] = by_name["simulated-pair-async"]["status"]["results"]
+        [batched] = by_name["simulated-pair-batch"]["status"]["results"]
+        assert streamed["itlP50Seconds"] > 0
+        assert streamed["ttftP50Seconds"] > 0
+        assert batched.get("itlP50Seconds") is None
         # The real engine's benchmark ran, and `batchmark results` printed its summary.
         assert "cpu-real-engine" in phases
         assert "cpu-real-engine: /models/tiny on vllm" in demo.stdout, demo.stdout[-3000:]

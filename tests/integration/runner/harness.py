@@ -21,7 +21,8 @@ MARKER_VARIABLE = "BATCHMARK_TEST_PROGRAM"
 
 
 def backend(**changes: object) -> str:
-    """A --backend spec on the simulated engine; ``time_scale`` and the dotted keys as given."""
+    """A --backend spec on the simulated engine; ``time_scale`` and the dotted keys as given. ``dispatch=stream``
+    is the async backend (kind=vllm_python_async), which takes no batch settings."""
     settings: dict[str, object] = {
         "kind": "vllm_python_batch",
         "model": "m",
@@ -31,6 +32,9 @@ def backend(**changes: object) -> str:
         "simulation.time_scale": changes.pop("time_scale", 0.0),
         **changes,
     }
+    if settings["dispatch"] == "stream":
+        settings["kind"] = "vllm_python_async"
+        del settings["dispatch"], settings["batch_size"]
     return ",".join(f"{key}={value}" for key, value in settings.items())
 
 

@@ -64,7 +64,10 @@ def test_seed_example_runs_and_writes_every_format(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--backend", "kind=nope,model=m"], "--backend: kind: Input should be 'vllm_python_batch' (got 'nope')"),
+        (
+            ["--backend", "kind=nope,model=m"],
+            "--backend: kind: Input should be 'vllm_python_batch', 'vllm_python_async' or 'vllm_python' (got 'nope')",
+        ),
         (
             ["--backend", "kind=vllm_python_batch,model=m,engine=simulated,batch_size=0"],
             "--backend: batch_size: Input should be greater than or equal to 1",

@@ -125,7 +125,7 @@ def test_ctrl_c_again_and_again_while_the_process_exits_keeps_exit_code_130(tmp_
     assert_outputs([output], complete=False, benchmarks=1, stop_reason="interrupted by SIGINT")
 
 
-@pytest.mark.parametrize("dispatch", ["batch", "continuous"])
+@pytest.mark.parametrize("dispatch", ["batch", "continuous", "stream"])
 @pytest.mark.parametrize("signals", [[SIGTERM], [SIGINT, SIGINT], [SIGTERM, SIGINT]])
 def test_signals_mid_run_keep_the_results_so_far(tmp_path: Path, dispatch: str, signals: list[int]) -> None:
     outputs = every_format(tmp_path)
@@ -154,6 +154,7 @@ def test_signals_mid_run_keep_the_results_so_far(tmp_path: Path, dispatch: str, 
         ("continuous", SIGKILL, "spawn"),
         ("batch", SIGTERM, "spawn"),
         ("continuous", SIGTERM, "fork"),  # a forked worker starts with the main process's signal handlers
+        ("stream", SIGKILL, "spawn"),
     ],
 )
 def test_the_engine_dying_mid_run_keeps_what_completed(
@@ -192,7 +193,7 @@ def test_the_engine_dying_while_it_loads_is_reported_with_an_empty_result(tmp_pa
     assert_report_reads(tmp_path, outputs[0])
 
 
-@pytest.mark.parametrize("dispatch", ["batch", "continuous"])
+@pytest.mark.parametrize("dispatch", ["batch", "continuous", "stream"])
 def test_the_engine_exits_quietly_when_the_main_process_is_killed(tmp_path: Path, dispatch: str) -> None:
     program = Program(tmp_path, run_args(backend(dispatch=dispatch, time_scale=1), constraint=LONG_RUN))
     program.wait_for("benchmark 1")

@@ -65,11 +65,26 @@ class SimulationConfig(ConfigModel):
     )
 
 
-class VllmPythonBatchBackendConfig(ConfigModel):
-    """GuideLLM's ``vllm_python_batch`` backend: vLLM's ``LLM`` in-process, fed in micro-batches."""
+ASYNC_KIND = "vllm_python_async"
+# GuideLLM's other name for its async backend.
+ASYNC_ALIAS = "vllm_python"
+# How the batch backend feeds its engine; the async backend submits each request as it is issued instead.
+BATCH_ONLY_FIELDS = ("batch_size", "batch_timeout", "dispatch")
+# The async backend's way of feeding the engine, beside backend.dispatch's batch and continuous (the worker's modes).
+STREAM_DISPATCH = "stream"
 
-    kind: Literal["vllm_python_batch"] = Field(
-        default="vllm_python_batch", description="Backend type; only vllm_python_batch exists."
+
+class VllmPythonBatchBackendConfig(ConfigModel):
+    """GuideLLM's in-process vLLM backends: ``vllm_python_batch`` (vLLM's ``LLM``, fed in micro-batches) and
+    ``vllm_python_async`` (vLLM's ``AsyncLLM``, each request streamed)."""
+
+    kind: Literal["vllm_python_batch", "vllm_python_async", "vllm_python"] = Field(
+        default="vllm_python_batch",
+        description="'vllm_python_batch': vLLM's LLM in the runner's engine process, fed in micro-batches"
+        " (throughput benchmarking). 'vllm_python_async' (or 'vllm_python', GuideLLM's other name for it): vLLM's"
+        " AsyncLLM there instead, each request submitted when the load generator issues it and scheduled by vLLM"
+        " itself, its tokens streamed, so that time to first token and every interval between tokens are"
+        " measured on the stream (latency profiling); batch_size, batch_timeout and dispatch do not apply.",
     )
     model: str = Field(
         min_length=1,
@@ -143,6 +158,35 @@ class VllmPythonBatchBackendConfig(ConfigModel):
                     {"name": name, "problem": problem, "value": repr(value)},
                 ) from None
         return vllm_config
+
+    @field_validator("kind")
+    @classmethod
+    def _one_name_for_async(cls, kind: str) -> str:
+        return ASYNC_KIND if kind == ASYNC_ALIAS else kind
+
+    @model_validator(mode="after")
+    def _batch_fields_only_for_batch(self) -> VllmPythonBatchBackendConfig:
+        if not self.streams:
+            return self
+        for name in BATCH_ONLY_FIELDS:
+            if getattr(self, name) != type(self).model_fields[name].default:
+                raise PydanticCustomError(
+                    "batch_only",
+                    "{name}: only the vllm_python_batch backend has it; vllm_python_async submits each request as it"
+                    " is issued and vLLM schedules them",
+                    {"name": name},
+                )
+        return self
+
+    @property
+    def streams(self) -> bool:
+        """The async backend: each request submitted as it is issued, its tokens streamed."""
+        return self.kind == ASYNC_KIND
+
+    @property
+    def dispatch_mode(self) -> str:
+        """How the engine worker feeds the engine: the batch backend's dispatch, or ``stream``."""
+        return STREAM_DISPATCH if self.streams else self.dispatch
 
     @model_validator(mode="after")
     def _top_level_model_wins(self) -> VllmPythonBatchBackendConfig:

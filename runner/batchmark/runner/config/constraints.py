@@ -47,11 +47,45 @@ class MaxErrorRateConstraint(ConfigModel):
     )
 
 
+class OverSaturationConstraint(ConfigModel):
+    """End a benchmark at a rate the engine cannot keep up with: requests in flight and their latency both rising
+    over its last seconds (Kendall's trend test on the window's segments, run/saturation.py). Rate profiles
+    only (constant, poisson, sweep); a sweep stops at the first rate found saturated, the knee."""
+
+    kind: Literal["over_saturation"] = Field(description="Constraint type.")
+    seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="The window judged: the benchmark's last seconds; no verdict before this many have passed.",
+    )
+    segments: int = Field(
+        default=6,
+        ge=4,
+        le=30,
+        description="Equal parts of the window whose means are tested for a trend (the fewer, the more each holds).",
+    )
+    significance: float = Field(
+        default=0.005,
+        gt=0,
+        le=0.2,
+        description="One-sided p-value below which a trend counts as rising (each check on its own).",
+    )
+    checks: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Checks in a row (one per segment) that must find both trends rising: a stable queue near its"
+        " capacity wanders up for a while, an overloaded one keeps rising.",
+    )
+
+
 ConstraintConfig = Annotated[
     MaxRequestsConstraint
     | MaxDurationConstraint
     | MinRequestsConstraint
     | MaxErrorsConstraint
-    | MaxErrorRateConstraint,
+    | MaxErrorRateConstraint
+    | OverSaturationConstraint,
     Field(discriminator="kind"),
 ]

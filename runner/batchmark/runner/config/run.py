@@ -51,6 +51,10 @@ def _engine_timings_kept_on(timed: list[str], backend: BackendConfig | None, swe
 NAME_PATTERN = r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$"
 
 
+# The profiles that send requests at a rate, whatever the engine's pace (the others wait for requests to finish).
+RATE_PROFILES = ("constant", "poisson", "sweep")
+
+
 class RunConfig(ConfigModel):
     """Everything one ``batchmark run`` does."""
 
@@ -234,6 +238,11 @@ class RunConfig(ConfigModel):
                 raise ValueError(
                     f"profile.{phase_name} as a bare number needs max_requests or max_duration to measure against"
                 )
+        if "over_saturation" in kinds and self.profile.kind not in RATE_PROFILES:
+            raise ValueError(
+                f"constraints: over_saturation judges a rate the engine is sent ({', '.join(RATE_PROFILES)} profiles);"
+                f" a {self.profile.kind} profile sends a request only when one finishes, which never over-saturates"
+            )
         self._something_left_to_measure()
         return self
 

@@ -10,8 +10,10 @@ from collections.abc import Sequence
 from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.engines.base import Completion, Engine, WorkItem
 from batchmark.runner.engines.engine_args import check_engine_args
+from batchmark.runner.engines.entry import EngineUnavailable
 from batchmark.runner.engines.registry import engine_entry
 from batchmark.runner.engines.request_format import check_request_format
+from batchmark.runner.engines.streaming import StreamingEngine
 
 
 class VllmPythonBatchBackend:
@@ -23,7 +25,7 @@ class VllmPythonBatchBackend:
         self.config = config
         self.seed = seed
         self.load_seconds: float | None = None
-        self._engine: Engine | None = None
+        self._engine: Engine | StreamingEngine | None = None
         self._load_lock = threading.Lock()
 
     @property
@@ -40,16 +42,27 @@ class VllmPythonBatchBackend:
             return
         self._ensure_engine()
 
-    def _ensure_engine(self) -> Engine:
+    def _ensure_engine(self) -> Engine | StreamingEngine:
         with self._load_lock:
             if self._engine is None:
                 started = time.monotonic()
-                self._engine = engine_entry(self.config.engine).load(self.config, self.seed)
+                self._engine = self._load()
                 self.load_seconds = time.monotonic() - started
             return self._engine
 
+    def _load(self) -> Engine | StreamingEngine:
+        entry = engine_entry(self.config.engine)
+        if not self.config.streams:
+            return entry.load(self.config, self.seed)
+        if entry.load_streaming is None:
+            raise EngineUnavailable(f"backend.engine: the {entry.name} engine cannot stream (kind={self.config.kind})")
+        return entry.load_streaming(self.config, self.seed)
+
     def run_batch(self, items: Sequence[WorkItem]) -> list[Completion]:
-        return self._ensure_engine().run_batch(items)
+        engine = self._ensure_engine()
+        if isinstance(engine, StreamingEngine):
+            raise TypeError(f"backend.kind={self.config.kind} streams its requests; it runs no batches")
+        return engine.run_batch(items)
 
     def close(self) -> None:
         """Shut the engine down, if one was loaded; idempotent."""

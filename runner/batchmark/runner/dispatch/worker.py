@@ -1,8 +1,10 @@
 """The engine's own process: requests in, through the engine, results out.
 
-Two dispatch modes (``backend.dispatch``): ``batch``, the seed's micro-batches through ``generate()`` one at a
-time; ``continuous`` (dispatch/continuous.py), requests added to the engine's scheduler while it runs. Either way
-one thread owns the engine (vLLM's ``LLM`` is not thread-safe) and a receiver thread queues what arrives.
+Three dispatch modes: the batch backend's (``backend.dispatch``) ``batch``, the seed's micro-batches through
+``generate()`` one at a time, and ``continuous`` (dispatch/continuous.py), requests added to the engine's scheduler
+while it runs; the async backend's ``stream`` (dispatch/streaming.py), each request submitted to vLLM's async
+engine as it arrives and its tokens read as they come. Either way one thread owns the engine (vLLM's ``LLM`` is
+not thread-safe; ``AsyncLLM`` belongs to one event loop) and a receiver thread queues what arrives.
 
 Both directions carry lists, so one pipe message moves a whole batch: the dispatcher's cost per request
 stays a few microseconds however fast the engine is.
@@ -26,7 +28,7 @@ import traceback
 from dataclasses import dataclass
 from typing import cast
 
-from batchmark.runner.config.backend import BackendConfig
+from batchmark.runner.config.backend import STREAM_DISPATCH, BackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.dispatch.backend import VllmPythonBatchBackend
 from batchmark.runner.dispatch.batcher import MicroBatcher, RequestQueue
@@ -50,6 +52,7 @@ from batchmark.runner.dispatch.messages import (
 from batchmark.runner.dispatch.process_group import group_members, kill_group, lead_own_group, wait_group_empty
 from batchmark.runner.dispatch.replica_devices import ReplicaDevices
 from batchmark.runner.dispatch.reporter import Reporter
+from batchmark.runner.dispatch.streaming import dispatch_streams
 from batchmark.runner.engines.base import (
     NO_TIMINGS,
     Completion,
@@ -60,6 +63,7 @@ from batchmark.runner.engines.base import (
     WorkItem,
 )
 from batchmark.runner.engines.registry import engine_entry
+from batchmark.runner.engines.streaming import StreamingEngine
 from batchmark.runner.lifecycle.exitstatus import describe_exit
 from batchmark.runner.lifecycle.shutdown import StopFlag
 from batchmark.runner.lifecycle.start_method import mp_context_name
@@ -365,7 +369,7 @@ def _serve(
     _settle_before_measuring()
     _leave_engine_cpus(engine.info)
     conn.send(Ready(engine.info, backend.load_seconds or 0.0))
-    settings = Reconfigure(config.batch_size, config.batch_timeout, config.dispatch)
+    settings = Reconfigure(config.batch_size, config.batch_timeout, config.dispatch_mode)
     queue = _new_queue(settings)
     switch = _QueueSwitch(queue)
     reporter = Reporter(conn)
@@ -379,10 +383,12 @@ def _serve(
         # loop feeds the engine by one set of settings until the receiver closes the queue: for a sweep's next
         # point (a new queue follows) or for good.
         while True:
-            if isinstance(queue, AdmissionQueue):
+            if settings.dispatch == STREAM_DISPATCH:
+                dispatch_streams(cast(StreamingEngine, engine), cast(AdmissionQueue, queue), reporter, usage)
+            elif isinstance(queue, AdmissionQueue):
                 dispatch_continuously(cast(ContinuousEngine, engine), queue, reporter, settings.batch_size, usage)
             else:
-                _dispatch_batches(engine, cast(MicroBatcher[WorkItem], queue), reporter, usage)
+                _dispatch_batches(cast(Engine, engine), cast(MicroBatcher[WorkItem], queue), reporter, usage)
             requested = switch.next_settings()
             if requested is None:
                 return
@@ -434,7 +440,7 @@ def _leave_engine_cpus(info: EngineInfo) -> None:
 
 
 def _new_queue(settings: Reconfigure) -> RequestQueue[WorkItem]:
-    if settings.dispatch == "continuous":
+    if settings.dispatch in ("continuous", STREAM_DISPATCH):
         return AdmissionQueue()
     return MicroBatcher(settings.batch_size, settings.batch_timeout)
 

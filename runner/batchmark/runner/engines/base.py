@@ -80,6 +80,16 @@ class EngineTimings(NamedTuple):
 NO_TIMINGS = EngineTimings(NAN, NAN, NAN, NAN)
 
 
+class TokenTimes(NamedTuple):
+    """A streamed request's output as its reader saw it arrive, on ``time.monotonic()``: the first token, the
+    last, and the interval before each output token after the first (one per token: a delta that brought k
+    tokens gives each the k-th part of its gap)."""
+
+    first: float
+    last: float
+    intervals: list[float]
+
+
 class Completion(NamedTuple):
     """One request's outcome, as the engine reported it."""
 
@@ -88,6 +98,7 @@ class Completion(NamedTuple):
     output_tokens: int
     error: str | None
     timings: EngineTimings
+    stream: TokenTimes | None = None  # streamed (the async backend): its tokens' times at the reader
 
 
 @dataclass

@@ -106,3 +106,14 @@ def watch_engine_core(engine_core: Any) -> EngineCoreWatch | None:
     if not processes or outputs_queue is None:
         return None
     return EngineCoreWatch(processes, outputs_queue.put_nowait)
+
+
+def watch_async_engine_core(engine_core: Any) -> EngineCoreWatch | None:
+    """A watch on ``AsyncLLM.engine_core``'s processes, for the words of a death: vLLM's async client wakes its
+    streams itself (an ``EngineDeadError`` each), so there is nothing to wake. None where the engine runs in this
+    process."""
+    resources = getattr(engine_core, "resources", None)
+    processes = getattr(getattr(resources, "engine_manager", None), "processes", None)
+    if not processes:
+        return None
+    return EngineCoreWatch(processes, lambda died: None)

@@ -14,6 +14,7 @@ from typing import Any
 from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.engines.base import Engine
 from batchmark.runner.engines.engine_nodes import EngineNodes
+from batchmark.runner.engines.streaming import StreamingEngine
 from batchmark.runner.engines.tokens import Tokens
 
 
@@ -60,3 +61,6 @@ class EngineEntry:
     # An engine that spans several pods (spec.parallelism.nodesPerReplica): the keywords of a node that holds only
     # its workers (engine_nodes.serve_engine_node). None: the engine runs in one pod.
     node_args: Callable[[BackendConfig, EngineNodes], dict[str, Any]] | None = None
+    # Builds the engine for the async backend (kind=vllm_python_async), streaming each request's tokens; runs in the
+    # engine's worker process. None: the engine cannot stream.
+    load_streaming: Callable[[BackendConfig, int], StreamingEngine] | None = None

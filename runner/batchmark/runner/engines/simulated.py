@@ -30,6 +30,7 @@ measurements scatter by a known amount. A fast-forwarded run of k decode steps d
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 import time
@@ -55,6 +56,14 @@ class TokensPrompt(TypedDict):
     prompt_token_ids: list[int]
 
 
+class RequestOutputKind(enum.IntEnum):
+    """vLLM's ``RequestOutputKind``: what each streamed output of a request carries."""
+
+    CUMULATIVE = 0  # every token so far
+    DELTA = 1  # the tokens new since the previous output
+    FINAL_ONLY = 2  # one output, at the end
+
+
 @dataclass
 class SamplingParams:
     """The subset of vLLM's ``SamplingParams`` that a length-pinned benchmark uses."""
@@ -65,6 +74,7 @@ class SamplingParams:
     temperature: float = 1.0
     detokenize: bool = True
     seed: int | None = None
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
 
 @dataclass

@@ -24,10 +24,13 @@ from batchmark.runner.engines.simulated import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
     DEFAULT_VOCAB_SIZE,
+    RequestOutputKind,
     SamplingParams,
     SimulatedLLM,
     TokensPrompt,
 )
+from batchmark.runner.engines.simulated_async import SimulatedAsyncLLM
+from batchmark.runner.engines.streaming import AsyncGenerateEngine, StreamingEngine
 from batchmark.runner.engines.tokens import Tokens
 
 # What the simulated engine reads from vllm_config; it ignores the other vLLM names.
@@ -82,6 +85,23 @@ def _pinned_length(spec: RequestSpec) -> SamplingParams:
 
 
 def load_simulated_engine(config: BackendConfig, seed: int) -> Engine:
+    llm, prompts, info = _load(config, seed)
+    return GenerateEngine(llm, prompts, _pinned_length, info, steps=lambda: llm.steps)
+
+
+def load_simulated_streaming_engine(config: BackendConfig, seed: int) -> StreamingEngine:
+    llm, prompts, info = _load(config, seed)
+    async_llm = SimulatedAsyncLLM(llm)
+    return AsyncGenerateEngine(async_llm, prompts, _streamed_pinned_length, info, shutdown=async_llm.shutdown)
+
+
+def _streamed_pinned_length(spec: RequestSpec) -> SamplingParams:
+    params = _pinned_length(spec)
+    params.output_kind = RequestOutputKind.DELTA
+    return params
+
+
+def _load(config: BackendConfig, seed: int) -> tuple[SimulatedLLM, _TokenPrompts, EngineInfo]:
     engine_args = config.engine_args()
     simulation = config.simulation
     time.sleep(simulation.load_seconds)
@@ -113,7 +133,7 @@ def load_simulated_engine(config: BackendConfig, seed: int) -> Engine:
             "engine_stats": llm.log_stats,
         },
     )
-    return GenerateEngine(llm, prompts, _pinned_length, info, steps=lambda: llm.steps)
+    return llm, prompts, info
 
 
 def _tokens(engine_args: dict[str, Any], name: str, default: int) -> int:
@@ -146,6 +166,7 @@ SIMULATED = EngineEntry(
     check_available=_always_available,
     check_argument=check_simulated_argument,
     load=load_simulated_engine,
+    load_streaming=load_simulated_streaming_engine,
     count_tokens=_byte_tokens,
     configured_device=lambda backend: backend.simulation.gpu_name,
 )

@@ -44,12 +44,13 @@ from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.data.records import DataError
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.engines import cpu_budget
-from batchmark.runner.engines.base import Engine, EngineInfo, GenerateEngine
-from batchmark.runner.engines.core_watch import watch_engine_core
+from batchmark.runner.engines.base import Engine, EngineDead, EngineInfo, GenerateEngine
+from batchmark.runner.engines.core_watch import watch_async_engine_core, watch_engine_core
 from batchmark.runner.engines.engine_nodes import EngineNodes
 from batchmark.runner.engines.entry import EngineEntry, EngineUnavailable, PodNeeds
 from batchmark.runner.engines.prompts import TokenPromptFactory
 from batchmark.runner.engines.request_format import ChatPromptBuilder, parse_request_format
+from batchmark.runner.engines.streaming import AsyncGenerateEngine, StreamingEngine
 from batchmark.runner.engines.tokens import Tokens
 
 # How long vLLM's shutdown waits for its engine core to exit before killing it.
@@ -156,9 +157,83 @@ def load_vllm_engine(config: BackendConfig, seed: int) -> Engine:
         sampling_params,
         info,
         steps=StepCounter(llm.llm_engine),
-        engine_input=typed_prompts(llm),
+        engine_input=typed_prompts(llm.llm_engine),
         shutdown=shutdown,
         death=watch.death if watch is not None else None,
+    )
+
+
+def load_vllm_streaming_engine(config: BackendConfig, seed: int) -> StreamingEngine:
+    """vLLM's ``AsyncLLM`` (the async backend): its engine core in its own process as ``LLM``'s is by default, its
+    output handler on the engine thread's event loop, each request's tokens streamed back as deltas."""
+    request_format = parse_request_format(config.request_format)
+    import vllm  # noqa: PLC0415 - imported only in the engine's process
+    from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: PLC0415
+    from vllm.inputs import TokensPrompt  # noqa: PLC0415
+    from vllm.sampling_params import RequestOutputKind  # noqa: PLC0415
+    from vllm.v1.engine.async_llm import AsyncLLM  # noqa: PLC0415
+
+    args = node_engine_args(config)
+    placement = bind_to_the_cpu_quota(args) if _vllm_runs_on_cpu() else {}
+    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+    # The per-request stats stay (with disable_log_stats=False); vLLM's periodic log line and Prometheus
+    # loggers go, as for LLM (drop_stat_loggers). The output handler reads them when it starts, at the first
+    # request, so this is in time.
+    llm.logger_manager = None
+
+    watch = watch_async_engine_core(llm.engine_core)
+
+    def shutdown() -> None:
+        if watch is not None:
+            watch.closing()
+        llm.shutdown(timeout=ENGINE_SHUTDOWN_SECONDS)
+
+    try:
+        tokenizer = llm.get_tokenizer()
+        excluded = special_token_ids(tokenizer)
+        factory = TokenPromptFactory.for_vocabulary(len(tokenizer), excluded, seed)
+        prompts = ChatPromptBuilder(request_format, tokenizer, factory, TokensPrompt)
+        prompts.probe()
+    except BaseException:
+        shutdown()
+        raise
+
+    def sampling_params(spec: RequestSpec) -> Any:
+        return vllm.SamplingParams(
+            max_tokens=spec.output_tokens,
+            min_tokens=spec.output_tokens,
+            ignore_eos=True,
+            temperature=0.0,
+            detokenize=False,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    def death() -> EngineDead | None:
+        # Which process died and how, where the watch saw it; vLLM's own word for it otherwise.
+        died = watch.death() if watch is not None else None
+        if died is None and llm.errored:
+            died = EngineDead(f"vLLM's engine core died: {llm.dead_error}")
+        return died
+
+    scheduler_config = getattr(llm.vllm_config, "scheduler_config", None)
+    info = EngineInfo(
+        kind=VLLM.name,
+        model=config.model,
+        version=getattr(vllm, "__version__", None),
+        gpu_name=_device_name(),
+        max_model_len=getattr(llm.model_config, "max_model_len", None),
+        details={
+            "request_format": request_format.kind,
+            "dtype": str(getattr(llm.model_config, "dtype", "")),
+            "max_num_seqs": getattr(scheduler_config, "max_num_seqs", None),
+            "max_num_batched_tokens": getattr(scheduler_config, "max_num_batched_tokens", None),
+            "engine_stats": not args["disable_log_stats"],
+            "engine_api": "AsyncLLM",
+            **placement,
+        },
+    )
+    return AsyncGenerateEngine(
+        llm, prompts, sampling_params, info, engine_input=typed_prompts(llm), shutdown=shutdown, death=death
     )
 
 
@@ -191,11 +266,10 @@ def drop_stat_loggers(llm_engine: Any) -> None:
         llm_engine.logger_manager = None
 
 
-def typed_prompts(llm: Any) -> Callable[[Any], Any] | None:
-    """Prompt -> the ``EngineInput`` that ``llm_engine.add_request`` takes, by vLLM's own renderer; None on a
-    vLLM without one (raw prompts are then the only form)."""
-    renderer = getattr(llm.llm_engine, "renderer", None)
-    render = getattr(renderer, "render_cmpl", None)
+def typed_prompts(engine: Any) -> Callable[[Any], Any] | None:
+    """Prompt -> the ``EngineInput`` that ``add_request`` and ``AsyncLLM.generate`` take, by vLLM's own renderer
+    (``LLM.llm_engine``'s or ``AsyncLLM``'s); None on a vLLM without one (raw prompts are then the only form)."""
+    render = getattr(getattr(engine, "renderer", None), "render_cmpl", None)
     if render is None:
         return None
 
@@ -340,6 +414,7 @@ VLLM = EngineEntry(
     check_available=check_vllm_available,
     check_argument=_any_vllm_argument,
     load=load_vllm_engine,
+    load_streaming=load_vllm_streaming_engine,
     count_tokens=_model_tokens,
     configured_device=lambda backend: None,
     node_args=headless_node_args,

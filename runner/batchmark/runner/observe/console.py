@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextC
 from rich.table import Table
 from rich.text import Text
 
+from batchmark.runner.config.backend import STREAM_DISPATCH
 from batchmark.runner.engines.base import EngineInfo
 from batchmark.runner.engines.registry import UnknownEngine, engine_entry
 from batchmark.runner.results.notes import data_note, run_notes
@@ -127,10 +128,10 @@ def summary_tables(report: RunReport) -> list[Table]:
     repeated = _repeats_table(report, swept)
     each = " of each repeat" if repeated is not None else ""
     throughput = Table(title=Text(title if repeated is None else f"throughput{each}"), title_justify="left")
-    latency = Table(
-        title=f"latency{each} (TTFT and TPOT from the engine's timings)",
-        title_justify="left",
-    )
+    # The async backend reads every token as it arrives; the batch backend sees a request only when it ends.
+    streamed = report.dispatch == STREAM_DISPATCH
+    timed_by = "TTFT, TPOT and ITL read on the stream" if streamed else "TTFT and TPOT from the engine's timings"
+    latency = Table(title=f"latency{each} ({timed_by})", title_justify="left")
     harness = Table(
         title=f"engine steps and the harness's own cost{each} (overhead: the time per batch the engine waited for it)",
         title_justify="left",
@@ -143,7 +144,8 @@ def summary_tables(report: RunReport) -> list[Table]:
         ),
         (
             latency,
-            ("benchmark", "lat p50, s", "lat p99, s", "queue p50, s", "TTFT p50, s", "TPOT p50, ms", "batch, s"),
+            ("benchmark", "lat p50, s", "lat p99, s", "queue p50, s", "TTFT p50, s", "TPOT p50, ms")
+            + (("ITL p50, ms", "ITL p99, ms") if streamed else ("batch, s",)),
             ("benchmark",),
         ),
         (
@@ -196,7 +198,11 @@ def summary_tables(report: RunReport) -> list[Table]:
             fixed(dist.queue_wait.median, 3),
             fixed(dist.time_to_first_token.median, 3),
             milliseconds(dist.time_per_output_token.median, 1),
-            fixed(dist.batch_duration.median, 3),
+            *(
+                (milliseconds(dist.inter_token_latency.median, 1), milliseconds(dist.inter_token_latency.p99, 1))
+                if streamed
+                else (fixed(dist.batch_duration.median, 3),)
+            ),
         )
         harness.add_row(
             *values,

@@ -10,6 +10,7 @@ index among backend.replicas, "0" with one); no other label takes open-ended val
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Final
@@ -48,6 +49,8 @@ class _EngineSeries:
     output_tokens: Counter
     latency: Histogram
     queue_wait: Histogram
+    ttft: Histogram
+    itl: Histogram
     batch_wait: Histogram
     batch_duration: Histogram
     batch_size: Histogram
@@ -70,6 +73,8 @@ class MetricsObserver(RunObserver):
         self._output_tokens_family = series.counter(series.OUTPUT_TOKENS, registry)
         self._latency_family = series.histogram(series.REQUEST_LATENCY, registry)
         self._queue_wait_family = series.histogram(series.QUEUE_WAIT, registry)
+        self._ttft_family = series.histogram(series.TIME_TO_FIRST_TOKEN, registry)
+        self._itl_family = series.histogram(series.INTER_TOKEN_LATENCY, registry)
         self._batch_wait_family = series.histogram(series.BATCH_WAIT, registry)
         self._batch_duration_family = series.histogram(series.BATCH_DURATION, registry)
         self._dispatch_overhead_family = series.histogram(series.DISPATCH_OVERHEAD, registry)
@@ -140,6 +145,8 @@ class MetricsObserver(RunObserver):
                 output_tokens=self._output_tokens_family.labels(**labels),
                 latency=self._latency_family.labels(**labels),
                 queue_wait=self._queue_wait_family.labels(**labels),
+                ttft=self._ttft_family.labels(**labels),
+                itl=self._itl_family.labels(**labels),
                 batch_wait=self._batch_wait_family.labels(**labels),
                 batch_duration=self._batch_duration_family.labels(**labels),
                 batch_size=self._batch_size_family.labels(**labels),
@@ -167,6 +174,13 @@ class MetricsObserver(RunObserver):
             engine.latency.observe(report.finished_at - enqueued_at)
             engine.queue_wait.observe(dispatched_at - enqueued_at)
             engine.batch_wait.observe(report.batch_wait(enqueued_at))
+            stream = completion.stream
+            if stream is not None:
+                engine.ttft.observe(stream.first - enqueued_at)
+                for interval in stream.intervals:  # about a microsecond each: one per output token
+                    engine.itl.observe(interval)
+            elif not math.isnan(completion.timings.to_first_token):
+                engine.ttft.observe(dispatched_at - enqueued_at + completion.timings.to_first_token)
         # Counters move once per batch, by the batch's sums: a scrape never sees half a batch counted, and the
         # dispatcher pays one locked increment per series and batch rather than per request.
         if succeeded:

@@ -3,6 +3,7 @@ load time, the sweep's time against its timed phases, the search, the recommenda
 
 from __future__ import annotations
 
+from batchmark.runner.config.backend import STREAM_DISPATCH
 from batchmark.runner.results.report import RunReport
 
 ENGINE_STATS_OFF = (
@@ -18,7 +19,8 @@ def run_notes(report: RunReport) -> list[str]:
         notes = [f"engine load time {report.engine.load_seconds:.2f} s (not timed)"]
     else:
         notes = [f"the engine had not loaded ({report.engine.load_seconds:.2f} s into loading)"]
-    if report.engine.details.get("engine_stats") is False:
+    # A streamed run reads TTFT and TPOT on its stream, with or without vLLM's stats.
+    if report.engine.details.get("engine_stats") is False and report.dispatch != STREAM_DISPATCH:
         notes.append(ENGINE_STATS_OFF)
     sweep = report.sweep
     if sweep is not None:
@@ -39,10 +41,29 @@ def run_notes(report: RunReport) -> list[str]:
             f"batch-size search: measured {len(sweep.search.visited)} of {len(sweep.search.candidates)} candidates"
             f" ({', '.join(map(str, sweep.search.visited))}), {found}; {sweep.search.method}"
         )
+    notes.extend(_saturation_notes(report))
     if report.repeats_warning is not None:
         notes.append(report.repeats_warning)
     if report.recommendation is not None:
         notes.append(report.recommendation.statement)
+    return notes
+
+
+def _saturation_notes(report: RunReport) -> list[str]:
+    """One line per benchmark the over_saturation constraint stopped, with the test that stopped it."""
+    notes = []
+    sweep = report.config.get("profile", {}).get("kind") == "sweep"
+    for benchmark in report.benchmarks:
+        check = benchmark.saturation
+        if check is None or not check.saturated:
+            continue
+        notes.append(
+            f"{benchmark.strategy}: the engine could not keep up, stopped after {benchmark.duration:.1f} s: requests"
+            f" in flight rose from {check.in_flight_first:.1f} to {check.in_flight_last:.1f} over the last"
+            f" {check.window_seconds:g} s (Kendall's tau {check.in_flight_tau:.2f}, p {check.in_flight_p:.2g}; their"
+            f" latency's tau {check.latency_tau:.2f}, p {check.latency_p:.2g}; both under {check.significance:g})"
+            + ("; the sweep's higher rates were not run" if sweep else "")
+        )
     return notes
 
 

@@ -62,10 +62,16 @@ class Distributions(ResultModel):
         description="Effective batch size: requests per generate() call, or running in the engine's step (continuous)."
     )
     time_to_first_token: DistributionSummary = Field(
-        description="Enqueue to first token, seconds, from the engine's own timings where it gives them."
+        description="Enqueue to first token, seconds: where the stream delivered it (the async backend), else from"
+        " the engine's own timings where it gives them."
     )
     time_per_output_token: DistributionSummary = Field(
-        description="First to last token divided by output tokens after the first, seconds."
+        description="First to last token divided by output tokens after the first, seconds (a mean per request)."
+    )
+    inter_token_latency: DistributionSummary = Field(
+        default_factory=lambda: Distribution().summary(),
+        description="Every interval between two output tokens of a request, as the stream delivered them, seconds"
+        " (the async backend; empty in batch mode, which sees no token before its request ends).",
     )
     prompt_tokens: DistributionSummary = Field(description="Prompt tokens per request, as the engine counted.")
     output_tokens: DistributionSummary = Field(description="Output tokens per request, as the engine counted.")
@@ -165,6 +171,21 @@ class ReplicasSummary(ResultModel):
     )
 
 
+class SaturationCheck(ResultModel):
+    """The over_saturation constraint's trend test (run/saturation.py): requests in flight and their latency
+    over the segments of its window."""
+
+    saturated: bool = Field(description="Both trends rose significantly: the engine could not keep up.")
+    in_flight_tau: float = Field(description="Kendall's tau of the segments' mean requests in flight, -1 to 1.")
+    in_flight_p: float = Field(description="Its one-sided p-value for a rising trend.")
+    latency_tau: float = Field(description="Kendall's tau of the segments' median request latency.")
+    latency_p: float = Field(description="Its one-sided p-value for a rising trend.")
+    in_flight_first: float = Field(description="Mean requests in flight in the window's first segment.")
+    in_flight_last: float = Field(description="Mean requests in flight in the window's last segment.")
+    significance: float = Field(description="The p-value below which a trend counted.")
+    window_seconds: float = Field(description="Seconds the test looked at.")
+
+
 class BenchmarkResult(ResultModel):
     """One benchmark: one strategy run under the constraints."""
 
@@ -174,6 +195,11 @@ class BenchmarkResult(ResultModel):
     max_concurrency: int | None = Field(description="Cap on requests in flight.")
     stop_reason: str = Field(description="Which constraint (or signal) ended the benchmark.")
     interrupted: bool = Field(description="True when a signal cut the benchmark short: results are partial.")
+    saturation: SaturationCheck | None = Field(
+        default=None,
+        description="With an over_saturation constraint: its trend test at the check that stopped the benchmark"
+        " (stop_reason over_saturation), or at its last check.",
+    )
     started_at: float = Field(description="Wall-clock start, Unix seconds.")
     duration: float = Field(description="Whole benchmark, seconds.")
     measured_duration: float = Field(description="Measured window after warm-up and cool-down, seconds.")
@@ -440,7 +466,11 @@ class RunReport(ResultModel):
     )
     config: dict[str, Any] = Field(description="The run's configuration, as validated.")
     data: DataSummary | None = Field(default=None, description="Which data ran (null in older results).")
-    dispatch: str = Field(default="batch", description="How requests reached the engine.")
+    dispatch: str = Field(
+        default="batch",
+        description="How requests reached the engine: 'batch' (micro-batches) or 'continuous' (the batch backend's"
+        " dispatch), or 'stream' (the async backend: each request submitted as it was issued, its tokens streamed).",
+    )
     complete: bool = Field(description="False when the run was interrupted before its end.")
     stop_reason: str | None = Field(
         default=None,

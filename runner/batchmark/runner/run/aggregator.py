@@ -39,6 +39,7 @@ class _BatchValues:
     batch_wait: list[float] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     output_tokens: list[int] = field(default_factory=list)
     completed: int = 0
@@ -309,7 +310,16 @@ class Aggregator:
         batch.output_tokens.append(completion.output_tokens)
         timings = completion.timings
         request_ttft = request_tpot = math.nan
-        if not math.isnan(timings.to_first_token):
+        stream = completion.stream
+        if stream is not None:
+            # Read on the stream: when each token reached the reader, the engine's own timings aside.
+            request_ttft = stream.first - enqueued_at
+            batch.ttft.append(request_ttft)
+            batch.itl.extend(stream.intervals)
+            if completion.output_tokens > 1:
+                request_tpot = (stream.last - stream.first) / (completion.output_tokens - 1)
+                batch.tpot.append(request_tpot)
+        elif not math.isnan(timings.to_first_token):
             request_ttft = entered - enqueued_at + timings.to_first_token
             batch.ttft.append(request_ttft)
             if completion.output_tokens > 1 and not math.isnan(timings.decode):
@@ -345,6 +355,7 @@ class Aggregator:
         values["batch_wait"].extend(batch.batch_wait)
         values["time_to_first_token"].extend(batch.ttft)
         values["time_per_output_token"].extend(batch.tpot)
+        values["inter_token_latency"].extend(batch.itl)
         values["prompt_tokens"].extend(batch.prompt_tokens)
         values["output_tokens"].extend(batch.output_tokens)
         self.engine_steps += report.steps

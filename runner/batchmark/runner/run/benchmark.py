@@ -21,6 +21,7 @@ from batchmark.runner.config.constraints import (
     MaxErrorsConstraint,
     MaxRequestsConstraint,
     MinRequestsConstraint,
+    OverSaturationConstraint,
 )
 from batchmark.runner.config.data import SyntheticTextDataConfig
 from batchmark.runner.config.profiles import SweepProfileConfig
@@ -45,6 +46,7 @@ from batchmark.runner.results.report import (
     EngineSummary,
     RegressionReport,
     RunReport,
+    SaturationCheck,
     SearchSummary,
     SweepSummary,
 )
@@ -52,6 +54,7 @@ from batchmark.runner.results.scaling import with_scaling_efficiency
 from batchmark.runner.run.aggregator import Aggregator, Window
 from batchmark.runner.run.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.run.profiles import Strategy, initial_strategies, sweep_rates
+from batchmark.runner.run.saturation import OVER_SATURATION, SaturationDetector
 from batchmark.runner.run.search import METHOD as SEARCH_METHOD
 from batchmark.runner.run.search import Measured, SearchOutcome, search
 
@@ -222,6 +225,8 @@ class BenchmarkRunner:
             result = self._run_one(strategy, drain_after=not is_last, point=point, backend=backend)
             results.append(result.model_copy(update={"point": point, "repeat": repeat}))
             self.observers.on_benchmark_end(result)
+            if result.stop_reason == OVER_SATURATION:
+                del strategies[position + 1 :]  # a sweep stops at the knee: higher rates would saturate it too
             if isinstance(profile, SweepProfileConfig) and adds_rates and position == 1 and not self._ended:
                 strategies += sweep_rates(
                     profile,
@@ -339,7 +344,7 @@ class BenchmarkRunner:
             environment=environment(),
             config=self.config.model_dump(mode="json"),
             data=data_summary(self.config.data, self._data),
-            dispatch=self.config.backend.dispatch,
+            dispatch=self.config.backend.dispatch_mode,
             complete=complete,
             stop_reason=stop_reason,
             benchmarks=results,
@@ -443,6 +448,12 @@ class _Execution:
         self.max_errors: int | None = max_errors.count if isinstance(max_errors, MaxErrorsConstraint) else None
         error_rate = config.constraint("max_error_rate")
         self.error_rate = error_rate if isinstance(error_rate, MaxErrorRateConstraint) else None
+        saturation = config.constraint("over_saturation")
+        # Judged where requests come at a rate: a sweep's synchronous and throughput benchmarks wait for requests.
+        self.saturation = (
+            saturation if isinstance(saturation, OverSaturationConstraint) and strategy.rate is not None else None
+        )
+        self.detector: SaturationDetector | None = None
         self.recent_outcomes: deque[bool] = deque(maxlen=self.error_rate.window if self.error_rate else 1)
         self.window = Window.resolve(
             config.profile.warmup, config.profile.cooldown, self.max_requests, self.max_seconds
@@ -466,6 +477,9 @@ class _Execution:
             replica_devices=self.worker.device_names if self.worker.count > 1 else None,
         )
         deadline = start + self.max_seconds if self.max_seconds is not None else math.inf
+        if self.saturation is not None:
+            watch = self.saturation
+            self.detector = SaturationDetector(start, watch.seconds, watch.segments, watch.significance, watch.checks)
         limit = self.strategy.max_concurrency or math.inf
         offsets = self.strategy.arrival_offsets()
         next_due = start + next(offsets) if offsets is not None else start
@@ -502,18 +516,32 @@ class _Execution:
             self._receive(aggregator, max(timeout, 0.0))
             now = time.monotonic()
             end = now
+            if self.detector is not None:
+                self.detector.in_flight(now, len(self.in_flight))
             stop_reason = self._stop_reason(aggregator, now, deadline, cap)
         end = time.monotonic() if self.runner.failure is not None else end
         self.observers.on_progress(self._progress(aggregator, end - start))
         interrupted = stop_reason == "interrupted" or self.runner.failure is not None
         reason = self.runner.failure or self.runner.stop_reason
-        return aggregator.finish(
+        result = aggregator.finish(
             end=end,
             stop_reason=reason if interrupted else str(stop_reason),
             incomplete=len(self.in_flight),
             interrupted=interrupted,
             strategy=self.strategy,
             incomplete_by_replica=self.worker.in_flight if self.worker.count > 1 else None,
+        )
+        return result.model_copy(update={"saturation": self._saturation_check(stop_reason == OVER_SATURATION)})
+
+    def _saturation_check(self, saturated: bool) -> SaturationCheck | None:
+        verdict = self.detector.verdict if self.detector is not None else None
+        if verdict is None or self.saturation is None:
+            return None
+        return SaturationCheck(
+            saturated=saturated,
+            **verdict._asdict(),
+            significance=self.saturation.significance,
+            window_seconds=self.saturation.seconds,
         )
 
     def _receive(self, aggregator: Aggregator, timeout: float) -> None:
@@ -539,6 +567,8 @@ class _Execution:
                 and aggregator.is_measured(completion.request_id, enqueued_at, report.finished_at)
             )
             if enqueued_at is not None:
+                if self.detector is not None:
+                    self.detector.finished(report.finished_at, report.finished_at - enqueued_at)
                 failed = completion.error is not None
                 self.errors_total += failed
                 self.recent_outcomes.append(failed)
@@ -566,6 +596,8 @@ class _Execution:
             and sum(self.recent_outcomes) / self.error_rate.window > self.error_rate.rate
         ):
             return "max_error_rate"
+        if self.detector is not None and self.detector.saturated(now):
+            return OVER_SATURATION
         return None
 
     def _update_phase(self, aggregator: Aggregator, now: float, start: float) -> None:

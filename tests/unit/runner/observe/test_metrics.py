@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batchmark.runner import __version__
 from batchmark.runner.config.sweep import SweepConfig
-from batchmark.runner.engines.base import EngineInfo
+from batchmark.runner.engines.base import EngineInfo, TokenTimes
 from batchmark.runner.observe.metrics import MetricsObserver, MetricsServer, batch_size_buckets
 from batchmark.runner.run.events import BatchEvent, Progress
 from batchmark.runner.series import RUNNER_SERIES, SECONDS_BUCKETS
@@ -173,3 +173,23 @@ def test_each_engine_replicas_work_carries_its_replica_and_every_replica_is_ther
     # Run-wide gauges have no replica.
     observer.on_progress(Progress(1.0, 8, 4, 0, 4, 0, 32, None, None))
     assert value(observer, "batchmark_requests_in_flight") == 4
+
+
+def test_a_streamed_request_s_first_token_and_every_interval_are_observed() -> None:
+    """The async backend's completions carry their tokens' times: TTFT once per request, ITL once per token
+    after the first, as the report's distributions count them."""
+    event = batch(0, 0, 2, 1.0)
+    streamed = [
+        completion._replace(stream=TokenTimes(1.2 + index, 1.5 + index, [0.1] * 7))
+        for index, completion in enumerate(event.report.completions)
+    ]
+    event = BatchEvent(event.report._replace(completions=streamed), event.enqueued, event.measured)
+    observer = MetricsObserver(CONFIG, "r1")
+    observer.on_batch(event)
+    assert value(observer, "batchmark_time_to_first_token_seconds_count") == 2
+    assert value(observer, "batchmark_time_to_first_token_seconds_sum") == pytest.approx((1.2 - 0.9) + (2.2 - 0.9))
+    assert value(observer, "batchmark_inter_token_latency_seconds_count") == 14
+    assert value(observer, "batchmark_inter_token_latency_seconds_sum") == pytest.approx(1.4)
+    result = benchmark([event])
+    assert result.distributions.inter_token_latency.count == 14
+    assert result.distributions.time_to_first_token.count == 2

@@ -100,6 +100,11 @@ def difference(base: float | None, value: float | None, higher_is_better: bool |
 
 
 # Shown only where some benchmark of the comparison has them: a budget, a price.
+# Only a streamed run (the async backend) reads the interval between tokens.
+STREAM_METRICS: tuple[Metric, ...] = (
+    Metric("ITL p50, s", lambda b: b.distributions.inter_token_latency.median, False),
+    Metric("ITL p99, s", lambda b: b.distributions.inter_token_latency.p99, False),
+)
 BUDGET_METRICS: tuple[Metric, ...] = (
     Metric("budget met (1 = yes)", lambda b: (1.0 if b.slo.met else 0.0) if b.slo is not None else None, True),
     Metric("goodput output tokens/s", lambda b: b.slo.goodput.output_tokens_per_second if b.slo else None, True),
@@ -113,6 +118,8 @@ COST_METRICS: tuple[Metric, ...] = (
 def compared_metrics(reports: Sequence[tuple[str, RunReport]]) -> tuple[Metric, ...]:
     benchmarks = [b for _, report in reports for b in report.benchmarks]
     metrics = METRICS
+    if any(b.distributions.inter_token_latency.count for b in benchmarks):
+        metrics += STREAM_METRICS
     if any(b.slo is not None for b in benchmarks):
         metrics += BUDGET_METRICS
     if any(b.cost is not None for b in benchmarks):

@@ -1,0 +1,167 @@
+"""vLLM's ``AsyncLLM`` contract on the simulated engine's cost model: requests streamed token by token.
+
+``generate(prompt, sampling_params, request_id)`` is an async generator of ``RequestOutput``s, as vLLM's is:
+deltas with ``RequestOutputKind.DELTA``, every token so far with ``CUMULATIVE``, one output with ``FINAL_ONLY``.
+A core task on the caller's event loop stands in for vLLM's engine-core process: it runs the same scheduler
+steps as ``SimulatedLLMEngine`` (simulated.py) and, after each, waits until wall time has caught up with the
+step's modelled end (scaled by ``time_scale``; with 0 it only yields) before handing the step's tokens to the
+streams, so a reader sees each token when a real engine would have sent it. Idle time passes for the engine
+too: a request that arrives after a pause is scheduled at its arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+
+from batchmark.runner.engines.simulated import (
+    _FILLER_TOKEN,
+    CompletionOutput,
+    RequestOutput,
+    RequestOutputKind,
+    RequestStateStats,
+    SamplingParams,
+    SimulatedLLM,
+    TokensPrompt,
+    _Clock,
+    _Sequence,
+)
+
+
+class _PacedClock(_Clock):
+    """The simulated clock without sleeping: the core task waits for wall time itself, on the event loop."""
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class _Stream:
+    sequence: _Sequence
+    kind: RequestOutputKind
+    outputs: asyncio.Queue[RequestOutput] = field(default_factory=asyncio.Queue)
+    sent: int = 0  # tokens handed to the reader so far
+
+
+class SimulatedAsyncLLM:
+    """Stands in for ``vllm.v1.engine.async_llm.AsyncLLM`` over a ``SimulatedLLM``'s model and limits."""
+
+    def __init__(self, llm: SimulatedLLM) -> None:
+        self._llm = llm
+        self._clock = _PacedClock(wall_start=time.monotonic(), time_scale=llm.time_scale)
+        self._arrival_wall = time.time() - time.monotonic()  # wall = monotonic + offset
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._streams: dict[int, _Stream] = {}  # id(sequence) -> its stream
+        self._index = itertools.count()
+        self._core: asyncio.Task[None] | None = None
+        self._work: asyncio.Event | None = None
+
+    @property
+    def steps(self) -> int:
+        return self._llm.steps
+
+    async def generate(
+        self, prompt: TokensPrompt, sampling_params: SamplingParams, request_id: str
+    ) -> AsyncGenerator[RequestOutput, None]:
+        """Queue the request and yield its outputs; an invalid prompt raises here, for that request alone."""
+        sequence = self._llm._validated(next(self._index), prompt, sampling_params)
+        self._catch_up()
+        sequence.request_id = request_id
+        sequence.prompt_token_ids = list(prompt["prompt_token_ids"])
+        sequence.queued_at = self._clock.now
+        stream = _Stream(sequence, sampling_params.output_kind)
+        self._streams[id(sequence)] = stream
+        self._waiting.append(sequence)
+        self._start_core()
+        finished = False
+        try:
+            while not finished:
+                output = await stream.outputs.get()
+                finished = output.finished
+                yield output
+        finally:
+            if not finished:
+                self._abort(sequence)  # the reader went away (cancelled): the engine drops the request
+            self._streams.pop(id(sequence), None)
+
+    def shutdown(self) -> None:
+        if self._core is not None:
+            self._core.cancel()
+            self._core = None
+
+    def _start_core(self) -> None:
+        if self._work is None:
+            self._work = asyncio.Event()
+        if self._core is None or self._core.done():
+            self._core = asyncio.get_running_loop().create_task(self._run_core(self._work))
+        self._work.set()
+
+    def _catch_up(self) -> None:
+        clock = self._clock
+        if clock.time_scale > 0:
+            clock.now = max(clock.now, (time.monotonic() - clock.wall_start) / clock.time_scale)
+
+    def _abort(self, sequence: _Sequence) -> None:
+        self._waiting = deque(seq for seq in self._waiting if seq is not sequence)
+        self._running = [seq for seq in self._running if seq is not sequence]
+
+    async def _run_core(self, work: asyncio.Event) -> None:
+        clock = self._clock
+        while True:
+            if not (self._waiting or self._running):
+                work.clear()
+                await work.wait()
+                continue
+            self._catch_up()
+            self._running = self._llm._step(self._waiting, self._running, clock)
+            # Each step's tokens reach the readers when the modelled step ends, not before.
+            await asyncio.sleep(max(0.0, clock.stamp(clock.now) - time.monotonic()))
+            for stream in list(self._streams.values()):
+                self._send(stream)
+
+    def _send(self, stream: _Stream) -> None:
+        sequence = stream.sequence
+        new = sequence.generated - stream.sent
+        if new <= 0:
+            return
+        finished = sequence.generated >= sequence.max_tokens
+        if stream.kind == RequestOutputKind.FINAL_ONLY and not finished:
+            return
+        tokens = new if stream.kind == RequestOutputKind.DELTA else sequence.generated
+        stream.sent = sequence.generated
+        stream.outputs.put_nowait(
+            RequestOutput(
+                request_id=sequence.request_id,
+                prompt=None,
+                prompt_token_ids=sequence.prompt_token_ids,
+                prompt_logprobs=None,
+                outputs=[
+                    CompletionOutput(
+                        index=0,
+                        text="",
+                        token_ids=[_FILLER_TOKEN] * tokens,
+                        finish_reason="length" if finished else None,
+                    )
+                ],
+                finished=finished,
+                metrics=self._stats(sequence) if finished and self._llm.log_stats else None,
+            )
+        )
+
+    def _stats(self, sequence: _Sequence) -> RequestStateStats:
+        stamp = self._clock.stamp
+        first, queued = stamp(sequence.first_token_at), stamp(sequence.queued_at)
+        return RequestStateStats(
+            num_generation_tokens=sequence.generated,
+            arrival_time=queued + self._arrival_wall,
+            queued_ts=queued,
+            scheduled_ts=stamp(sequence.scheduled_at or sequence.queued_at),
+            first_token_ts=first,
+            last_token_ts=stamp(sequence.finished_at),
+            first_token_latency=first - queued,
+        )
