@@ -168,8 +168,17 @@ def test_compare_and_the_html_report_set_batch_and_async_side_by_side(tmp_path: 
         assert outcome.code == 0, outcome.stderr
         outputs[name] = (json_output, html_output)
     assert "ITL p50, ms" in outputs["async"][1].read_text()
-    compared = batchmark(tmp_path, ["compare", str(outputs["batch"][0]), str(outputs["async"][0])])
+    page = tmp_path / "trade.html"
+    compared = batchmark(
+        tmp_path, ["compare", str(outputs["batch"][0]), str(outputs["async"][0]), "--output", str(page)]
+    )
     assert compared.code == 0, compared.stderr
     text = compared.stdout + compared.stderr
     for metric in ("output tokens/s", "TTFT p50, s", "ITL p50, s", "ITL p99, s", "latency p50, s"):
         assert metric in text, text
+    # The page shows the trade: each run's throughput against its latency, the backends named.
+    html = page.read_text()
+    assert "Throughput against request latency" in html
+    assert "Throughput against time to first token" in html
+    assert "(stream)" in html
+    assert "(batch)" in html

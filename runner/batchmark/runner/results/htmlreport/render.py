@@ -230,6 +230,8 @@ def charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
     ]
     if any(len(report.benchmarks) > 1 and _varies_rate(report) for _, report in reports):
         result.extend(_rate_charts(reports))
+    if len({report.dispatch for _, report in reports}) > 1:
+        result.extend(_trade_charts(reports))
     if any(report.sweep is not None for _, report in reports):
         result.extend(sweep_charts(reports))
     return result
@@ -456,6 +458,33 @@ def _rate_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
         line_chart("sweep-throughput", "Throughput against request rate", "requests/s", "output tokens/s", throughput),
         line_chart("sweep-latency", "Latency against request rate", "requests/s", "request latency, s", latency),
     ]
+
+
+def _trade_charts(reports: Sequence[tuple[str, RunReport]]) -> list[Chart]:
+    """Runs fed differently (the batch backend against the async one): each run's benchmarks as points of
+    throughput against latency, the trade GuideLLM's advice is about."""
+    charts_: list[Chart] = []
+    for key, title, label, read in (
+        ("trade-latency", "Throughput against request latency", "request latency p50, s", _latency_p50),
+        ("trade-ttft", "Throughput against time to first token", "TTFT p50, s", _ttft_p50),
+    ):
+        series: list[Series] = []
+        for run_label, report in reports:
+            points = sorted(
+                (x, b.throughput.output_tokens_per_second) for b in report.benchmarks if (x := read(b)) is not None
+            )
+            series.append(Series(f"{run_label} ({report.dispatch})", points, colour(len(series))))
+        if any(s.points for s in series):
+            charts_.append(line_chart(key, title, label, "output tokens/s", series, x_from_zero=True))
+    return charts_
+
+
+def _latency_p50(benchmark: BenchmarkResult) -> float | None:
+    return benchmark.distributions.request_latency.median
+
+
+def _ttft_p50(benchmark: BenchmarkResult) -> float | None:
+    return benchmark.distributions.time_to_first_token.median
 
 
 def environment() -> jinja2.Environment:
