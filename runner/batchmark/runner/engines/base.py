@@ -235,21 +235,14 @@ class GenerateEngine:
             shutdown()
 
     def prepare(self, item: WorkItem) -> WorkItem:
-        if item.prepared is not None or item.failure is not None:
-            return item
-        try:
-            prompt, key = self.prompts.build(item.spec)
-            params = self.sampling_params(item.spec)
-        except Exception as error:  # a request that cannot be built fails alone
-            return item._replace(failure=f"prompt: {error}")
-        return item._replace(prepared=Prepared(prompt, key, params))
+        return prepare_request(item, self.prompts, self.sampling_params)
 
     # --- continuous dispatch: vLLM's LLMEngine step API ---
 
     def add(self, item: WorkItem) -> Completion | None:
         item = self.prepare(item)
         if item.prepared is None:
-            return _failed(item, item.failure or "prompt: not built")
+            return failed_completion(item, item.failure or "prompt: not built")
         request_id = str(item.spec.request_id)
         try:
             # vLLM validates each request here (e.g. a prompt longer than max_model_len), so a bad one fails
@@ -259,7 +252,7 @@ class GenerateEngine:
             self.llm.llm_engine.add_request(request_id, typed, item.prepared.params)
         except Exception as error:
             self._raise_if_dead(error)
-            return _failed(item, f"{type(error).__name__}: {error}")
+            return failed_completion(item, f"{type(error).__name__}: {error}")
         self._pending[request_id] = item
         return None
 
@@ -285,7 +278,7 @@ class GenerateEngine:
 
     def abort_all(self) -> list[Completion]:
         message = "the engine failed while this request was in flight"
-        failed = [_failed(item, message) for item in self._pending.values()]
+        failed = [failed_completion(item, message) for item in self._pending.values()]
         abort = getattr(self.llm.llm_engine, "abort_request", None)
         # The engine is already broken; its requests are reported failed whether or not the abort works.
         if abort is not None and self._pending:
@@ -304,7 +297,7 @@ class GenerateEngine:
         failed: list[Completion] = []
         for ready in map(self.prepare, items):
             if ready.prepared is None:
-                failed.append(_failed(ready, ready.failure or "prompt: not built"))
+                failed.append(failed_completion(ready, ready.failure or "prompt: not built"))
                 continue
             prepared.append((ready, ready.prepared))
         results: list[tuple[list[tuple[WorkItem, Prepared]], Sequence[Any]] | Completion] = []
@@ -337,7 +330,7 @@ class GenerateEngine:
         except Exception as error:
             self._raise_if_dead(error)  # not split: a dead engine fails every half alike
             if len(prepared) == 1:
-                results.append(_failed(prepared[0][0], f"{type(error).__name__}: {error}"))
+                results.append(failed_completion(prepared[0][0], f"{type(error).__name__}: {error}"))
                 return
             middle = len(prepared) // 2
             self._generate_isolated(prepared[:middle], results)
@@ -363,10 +356,22 @@ class GenerateEngine:
         for item, request in prepared:
             matches = by_key.get(request.key)
             if not matches:
-                completions.append(_failed(item, "the engine returned no output for this request"))
+                completions.append(failed_completion(item, "the engine returned no output for this request"))
                 continue
             completions.append(completion_from_output(item.spec.request_id, matches.pop(0)))
         return completions
+
+
+def prepare_request(item: WorkItem, prompts: PromptBuilder, sampling_params: Callable[[RequestSpec], Any]) -> WorkItem:
+    """The request with its prompt and parameters built (once); a request that cannot be built fails alone."""
+    if item.prepared is not None or item.failure is not None:
+        return item
+    try:
+        prompt, key = prompts.build(item.spec)
+        params = sampling_params(item.spec)
+    except Exception as error:
+        return item._replace(failure=f"prompt: {error}")
+    return item._replace(prepared=Prepared(prompt, key, params))
 
 
 def completion_from_output(request_id: int, output: Any) -> Completion:
@@ -379,5 +384,6 @@ def completion_from_output(request_id: int, output: Any) -> Completion:
     return Completion(request_id, prompt_tokens, output_tokens, error, timings_from_metrics(output.metrics))
 
 
-def _failed(item: WorkItem, message: str) -> Completion:
+def failed_completion(item: WorkItem, message: str) -> Completion:
+    """The completion of a request that failed before (or without) the engine's output."""
     return Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS)

@@ -409,18 +409,7 @@ class SimulatedLLMEngine:
         return [self._output(seq) for seq in before if id(seq) not in still]
 
     def _output(self, seq: _Sequence) -> RequestOutput:
-        stamp = self._clock.stamp
-        first = stamp(seq.first_token_at)
-        queued = stamp(seq.queued_at)
-        stats = RequestStateStats(
-            num_generation_tokens=seq.generated,
-            arrival_time=queued + self._arrival_wall,
-            queued_ts=queued,
-            scheduled_ts=stamp(seq.scheduled_at or seq.queued_at),
-            first_token_ts=first,
-            last_token_ts=stamp(seq.finished_at),
-            first_token_latency=first - queued,
-        )
+        stats = joined_request_stats(seq, self._clock, self._arrival_wall)
         return RequestOutput(
             request_id=seq.request_id,
             prompt=None,
@@ -432,3 +421,19 @@ class SimulatedLLMEngine:
             finished=True,
             metrics=stats if self._llm.log_stats else None,
         )
+
+
+def joined_request_stats(seq: _Sequence, clock: _Clock, wall_offset: float) -> RequestStateStats:
+    """vLLM's per-request stats of a request that joined a running scheduler (``queued_at`` its arrival), on
+    ``time.monotonic()``; ``wall_offset`` turns a monotonic reading into wall time."""
+    stamp = clock.stamp
+    first, queued = stamp(seq.first_token_at), stamp(seq.queued_at)
+    return RequestStateStats(
+        num_generation_tokens=seq.generated,
+        arrival_time=queued + wall_offset,
+        queued_ts=queued,
+        scheduled_ts=stamp(seq.scheduled_at or seq.queued_at),
+        first_token_ts=first,
+        last_token_ts=stamp(seq.finished_at),
+        first_token_latency=first - queued,
+    )

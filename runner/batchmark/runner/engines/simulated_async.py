@@ -23,12 +23,12 @@ from batchmark.runner.engines.simulated import (
     CompletionOutput,
     RequestOutput,
     RequestOutputKind,
-    RequestStateStats,
     SamplingParams,
     SimulatedLLM,
     TokensPrompt,
     _Clock,
     _Sequence,
+    joined_request_stats,
 )
 
 
@@ -149,19 +149,10 @@ class SimulatedAsyncLLM:
                     )
                 ],
                 finished=finished,
-                metrics=self._stats(sequence) if finished and self._llm.log_stats else None,
+                metrics=(
+                    joined_request_stats(sequence, self._clock, self._arrival_wall)
+                    if finished and self._llm.log_stats
+                    else None
+                ),
             )
-        )
-
-    def _stats(self, sequence: _Sequence) -> RequestStateStats:
-        stamp = self._clock.stamp
-        first, queued = stamp(sequence.first_token_at), stamp(sequence.queued_at)
-        return RequestStateStats(
-            num_generation_tokens=sequence.generated,
-            arrival_time=queued + self._arrival_wall,
-            queued_ts=queued,
-            scheduled_ts=stamp(sequence.scheduled_at or sequence.queued_at),
-            first_token_ts=first,
-            last_token_ts=stamp(sequence.finished_at),
-            first_token_latency=first - queued,
         )

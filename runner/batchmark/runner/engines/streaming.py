@@ -18,10 +18,11 @@ from batchmark.runner.engines.base import (
     EngineClock,
     EngineDead,
     EngineInfo,
-    Prepared,
     PromptBuilder,
     TokenTimes,
     WorkItem,
+    failed_completion,
+    prepare_request,
     timings_from_metrics,
 )
 
@@ -108,19 +109,12 @@ class AsyncGenerateEngine:
         self._death = death
 
     def prepare(self, item: WorkItem) -> WorkItem:
-        if item.prepared is not None or item.failure is not None:
-            return item
-        try:
-            prompt, key = self.prompts.build(item.spec)
-            params = self.sampling_params(item.spec)
-        except Exception as error:  # a request that cannot be built fails alone
-            return item._replace(failure=f"prompt: {error}")
-        return item._replace(prepared=Prepared(prompt, key, params))
+        return prepare_request(item, self.prompts, self.sampling_params)
 
     async def stream(self, item: WorkItem) -> Completion:
         item = self.prepare(item)
         if item.prepared is None:
-            return _failed(item, item.failure or "prompt: not built")
+            return failed_completion(item, item.failure or "prompt: not built")
         reader = StreamReader()
         prompt_tokens = 0
         last: Any = None
@@ -139,7 +133,7 @@ class AsyncGenerateEngine:
             died = self._death() if self._death is not None else None
             if died is not None:
                 raise died from error
-            return _failed(item, f"{type(error).__name__}: {error}")
+            return failed_completion(item, f"{type(error).__name__}: {error}")
         finish = last.outputs[0].finish_reason if last is not None and last.outputs else "error"
         failure = None if finish not in ("error", "abort") else f"engine finished the request with {finish!r}"
         timings = timings_from_metrics(last.metrics) if last is not None else NO_TIMINGS
@@ -149,7 +143,3 @@ class AsyncGenerateEngine:
         shutdown, self._shutdown = self._shutdown, None
         if shutdown is not None:
             shutdown()
-
-
-def _failed(item: WorkItem, message: str) -> Completion:
-    return Completion(item.spec.request_id, 0, 0, message, NO_TIMINGS)

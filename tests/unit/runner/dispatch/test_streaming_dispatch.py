@@ -12,28 +12,27 @@ import pytest
 from batchmark.runner.config.backend import BackendConfig
 from batchmark.runner.data.requests import RequestSpec
 from batchmark.runner.dispatch.continuous import AdmissionQueue
-from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.dispatch.reporter import Reporter
 from batchmark.runner.dispatch.streaming import dispatch_streams
 from batchmark.runner.engines.base import NO_TIMINGS, Completion, EngineClock, EngineDead, EngineInfo, WorkItem
 from batchmark.runner.engines.simulated_engine import load_simulated_streaming_engine
-
-
-class Reports:
-    """The reporter's side: keeps what was sent, and closes the queue once ``expected`` requests came back."""
-
-    def __init__(self, queue: AdmissionQueue, expected: int) -> None:
-        self.queue, self.expected = queue, expected
-        self.sent: list[BatchReport] = []
-
-    def send(self, report: BatchReport) -> None:
-        self.sent.append(report)
-        if sum(len(sent.completions) for sent in self.sent) >= self.expected:
-            self.queue.close()
+from batchmark.runner.engines.streaming import StreamingEngine
+from tests.unit.runner.dispatch.test_continuous import Reports
 
 
 def items(count: int, output_tokens: int = 4) -> list[WorkItem]:
     return [WorkItem(RequestSpec(index, 8, output_tokens, -1, 0), 0.0, 0.0) for index in range(count)]
+
+
+def stepped_engine() -> StreamingEngine:
+    """The simulated engine streaming, its 2 ms steps slept."""
+    config = BackendConfig(
+        kind="vllm_python_async",
+        model="m",
+        engine="simulated",
+        simulation={"time_scale": 1.0, "step_fixed_seconds": 0.002},
+    )
+    return load_simulated_streaming_engine(config, seed=0)
 
 
 def test_every_request_is_streamed_at_once_and_reported_once_with_when_it_entered() -> None:
@@ -57,13 +56,7 @@ def test_every_request_is_streamed_at_once_and_reported_once_with_when_it_entere
 
 
 def test_requests_that_arrive_while_others_stream_join_them() -> None:
-    config = BackendConfig(
-        kind="vllm_python_async",
-        model="m",
-        engine="simulated",
-        simulation={"time_scale": 1.0, "step_fixed_seconds": 0.002},
-    )
-    engine = load_simulated_streaming_engine(config, seed=0)
+    engine = stepped_engine()
     queue = AdmissionQueue()
     queue.put(items(2, output_tokens=10_000))  # 20 s of steps: still streaming when the late ones end
     reports = Reports(queue, 2)
@@ -84,13 +77,7 @@ def test_requests_that_arrive_while_others_stream_join_them() -> None:
 
 
 def test_a_drain_waits_for_the_streams_in_flight() -> None:
-    config = BackendConfig(
-        kind="vllm_python_async",
-        model="m",
-        engine="simulated",
-        simulation={"time_scale": 1.0, "step_fixed_seconds": 0.002},
-    )
-    engine = load_simulated_streaming_engine(config, seed=0)
+    engine = stepped_engine()
     queue = AdmissionQueue()
     reports = Reports(queue, 10**9)
     thread = threading.Thread(target=dispatch_streams, args=(engine, queue, cast(Reporter, reports)))

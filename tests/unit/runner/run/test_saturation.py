@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from batchmark.runner.config.backend import BackendConfig
+from batchmark.runner.config.run import RunConfig
+from batchmark.runner.results.report import BenchmarkResult
+from batchmark.runner.run.benchmark import BenchmarkRunner
+from batchmark.runner.run.profiles import Strategy
 from batchmark.runner.run.saturation import SaturationDetector
+from tests.unit.observability_data import batch, benchmark
 
 WINDOW, SEGMENTS, SIGNIFICANCE, CHECKS = 30.0, 6, 0.005, 3
 TICK = 0.25  # how often the run loop samples requests in flight when nothing else wakes it
@@ -69,3 +75,36 @@ def test_no_verdict_before_the_window_has_passed_or_with_an_empty_segment() -> N
         detector.in_flight(float(second), second * 10)  # rising, but no request finished
     assert not detector.saturated(40.0)
     assert detector.verdict is None
+
+
+def test_a_sweep_stops_at_the_first_rate_found_saturated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's rates rise: once one over-saturates the engine, the higher ones would too, and are not run (its
+    repeats run the same, shorter, list)."""
+    config = RunConfig.model_validate(
+        {
+            "backend": {"model": "m", "engine": "simulated"},
+            "data": {"kind": "synthetic_text", "prompt_tokens": 16, "output_tokens": 8},
+            "profile": {"kind": "sweep", "sweep_size": 8},
+            "constraints": [{"kind": "max_requests", "count": 10}, {"kind": "over_saturation"}],
+        }
+    )
+    runner = BenchmarkRunner(config)
+    measured = benchmark([batch(0, 0, 4, 0.2)])
+    ran: list[Strategy] = []
+
+    def run_one(strategy: Strategy, drain_after: bool, point: int, backend: BackendConfig) -> BenchmarkResult:
+        """Synchronous at 2 requests/s, throughput at 20; the engine keeps up with rates up to 10/s."""
+        ran.append(strategy)
+        rate = {"synchronous": 2.0, "throughput": 20.0}.get(strategy.kind, strategy.rate or 0.0)
+        stop = "over_saturation" if strategy.rate is not None and strategy.rate > 10 else "max_requests"
+        throughput = measured.throughput.model_copy(update={"requests_per_second": rate})
+        return measured.model_copy(update={"strategy": strategy.label, "stop_reason": stop, "throughput": throughput})
+
+    monkeypatch.setattr(runner, "_run_one", run_one)
+    results: list[BenchmarkResult] = []
+    runner._run_point(0, runner._backends[0], results, repeat=0, visits_left=0)
+    rates = [strategy.rate for strategy in ran if strategy.rate is not None]
+    # Six rates spread between 2 and 20 (4.6, 7.1, 9.7, 12.3, 14.9, 17.4): the sweep stops after 12.3.
+    assert rates == pytest.approx([2 + 18 * step / 7 for step in range(1, 5)])
+    assert [result.stop_reason for result in results][-1] == "over_saturation"
+    assert len(runner._strategies[0]) == len(ran) == 6
