@@ -17,14 +17,18 @@ turns between rounds so a drift of the machine favours no side:
 
 Printed and written (``--output``, JSON): per tool, output tokens/s (the measured window for batchmark, first
 submission to last token for the plain loop), requests completed, TTFT, ITL and request latency medians, each as
-median [min-max] over the rounds; and async over plain, round by round. The model is the random-weight tiny Llama
-of the side-by-side benchmarks (benchmarks/vs_guidellm/run.py builds it), vLLM in its default multiprocessing.
+median [min-max] over the rounds; and async over plain, round by round. With ``--probe`` every process carries
+vs_guidellm's probe (probe/sitecustomize.py), and each tool also gets the engine core's busy share (model steps
+over its active window, first step to last) and its mean step: whether the harness ever left the engine waiting.
+The model is the random-weight tiny Llama of the side-by-side benchmarks (benchmarks/vs_guidellm/run.py builds it),
+vLLM in its default multiprocessing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the repository's root first
 
 from benchmarks.sweep_one_load import engine_env, engine_lock  # noqa: E402
+from benchmarks.vs_guidellm.probe.analyse import _union, load  # noqa: E402
 from benchmarks.vs_guidellm.run import ensure_model  # noqa: E402
 
 PYTHON = Path(sys.executable)
@@ -78,7 +83,43 @@ def run_config(tool: str, model: Path, args: argparse.Namespace, report: Path) -
     }
 
 
+PROBE = ROOT / "benchmarks" / "vs_guidellm" / "probe"
+
+
+def tool_env(args: argparse.Namespace, workdir: Path, tool: str) -> tuple[dict[str, str], Path | None]:
+    """The engine's environment; with ``--probe``, every Python process carries vs_guidellm's probe, which records
+    each model step of vLLM's engine core (in its own process: the async engine's as the batch one's)."""
+    env = engine_env()
+    if not args.probe:
+        return env, None
+    folder = Path(tempfile.mkdtemp(prefix=f"probe-{tool}-", dir=workdir))
+    env["BATCHMARK_PROBE_DIR"] = str(folder)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE), str(ROOT), env.get("PYTHONPATH")]))
+    return env, folder
+
+
+def core_busy(folder: Path) -> dict[str, float]:
+    """From the probe's records: the share of the engine core's active window (its first model step to its last)
+    spent in model steps, and its mean step. The frontend's own calls are not asked for: AsyncLLM makes none that
+    the probe wraps."""
+    time.sleep(1.5)  # the probe's last writes
+    steps = [tuple(call) for record in load(folder) for call in record["core_calls"]]
+    if not steps:
+        return {}
+    low, high = min(start for start, _ in steps), max(end for _, end in steps)
+    return {
+        "core_busy_fraction": _union(steps, low, high) / (high - low) if high > low else 1.0,
+        "core_step_ms": 1000 * sum(end - start for start, end in steps) / len(steps),
+    }
+
+
 def run_tool(tool: str, model: Path, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    env, probe = tool_env(args, workdir, tool)
+    figures = _run_tool(tool, model, args, workdir, env)
+    return figures | (core_busy(probe) if probe is not None else {})
+
+
+def _run_tool(tool: str, model: Path, args: argparse.Namespace, workdir: Path, env: dict[str, str]) -> dict[str, Any]:
     with engine_lock():
         if tool == "plain":
             command = [
@@ -90,7 +131,7 @@ def run_tool(tool: str, model: Path, args: argparse.Namespace, workdir: Path) ->
                 *("--vllm-config", json.dumps(VLLM_CONFIG)),
             ]
             done = subprocess.run(
-                command, env=engine_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, cwd=ROOT
+                command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, cwd=ROOT
             )
             if done.returncode != 0:
                 raise RuntimeError(f"plain loop failed:\n{done.stderr[-3000:]}")
@@ -104,7 +145,7 @@ def run_tool(tool: str, model: Path, args: argparse.Namespace, workdir: Path) ->
         config_path.write_text(yaml.safe_dump(run_config(tool, model, args, report_path)))
         command = [str(PYTHON), "-m", "batchmark.runner", "run", "--quiet", "--config", str(config_path)]
         done = subprocess.run(
-            command, env=engine_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, cwd=ROOT
+            command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, cwd=ROOT
         )
         if done.returncode != 0:
             raise RuntimeError(f"{tool} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -141,6 +182,7 @@ def main() -> None:
     parser.add_argument("--low-requests", type=int, default=20)
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--probe", action="store_true", help="record the engine core's model steps (core busy share)")
     args = parser.parse_args()
     tools = args.tools.split(",")
     model = ensure_model()
@@ -162,6 +204,8 @@ def main() -> None:
                 "itl_p50",
                 "latency_p50",
                 "harness_cpu_ms_per_token",
+                "core_busy_fraction",
+                "core_step_ms",
             )
         }
     for name, (numerator, denominator) in {
