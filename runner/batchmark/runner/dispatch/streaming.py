@@ -21,7 +21,7 @@ from batchmark.runner.dispatch.continuous import AdmissionQueue
 from batchmark.runner.dispatch.harness_usage import HarnessUsage
 from batchmark.runner.dispatch.messages import BatchReport
 from batchmark.runner.dispatch.reporter import Reporter
-from batchmark.runner.engines.base import Completion, EngineDead, WorkItem
+from batchmark.runner.engines.base import Completion, WorkItem
 from batchmark.runner.engines.streaming import StreamingEngine
 
 # Take every waiting request at once: the engine, not the worker, decides what runs.
@@ -48,7 +48,9 @@ class _StreamDispatcher:
         self.finished: list[tuple[Completion, float]] = []  # with when each entered the engine
         self.period_start: float | None = None
         self.report_id = 0
-        self.died: EngineDead | None = None
+        # What ends the dispatch early: the engine's death, or the dispatcher's own error (the worker reports it
+        # as a crash, with its traceback).
+        self.failure: BaseException | None = None
         self.stopped = asyncio.Event()
         self._report_due = False
 
@@ -59,11 +61,11 @@ class _StreamDispatcher:
                 taking = loop.run_in_executor(None, self.queue.take, _ALL, True)
                 stop = asyncio.ensure_future(self.stopped.wait())
                 await asyncio.wait((taking, stop), return_when=asyncio.FIRST_COMPLETED)
-                if self.died is not None:
+                if self.failure is not None:
                     stop.cancel()
                     self.queue.close()  # ends the helper thread's wait
                     await taking
-                    raise self.died
+                    raise self.failure
                 stop.cancel()
                 items = await taking
                 if items is None:
@@ -89,12 +91,8 @@ class _StreamDispatcher:
         if task.cancelled():
             return
         error = task.exception()
-        if isinstance(error, EngineDead):
-            self.died = self.died or error
-            self.stopped.set()
-            return
-        if error is not None:  # the dispatcher's own bug, not the request's: end the run with it
-            self.died = self.died or EngineDead(f"stream dispatch: {type(error).__name__}: {error}")
+        if error is not None:  # a request's own failure is its completion's error: this is the engine's, or ours
+            self.failure = self.failure or error
             self.stopped.set()
             return
         self.finished.append((task.result(), entered))

@@ -100,6 +100,21 @@ class Completion(NamedTuple):
     timings: EngineTimings
     stream: TokenTimes | None = None  # streamed (the async backend): its tokens' times at the reader
 
+    def time_to_first_token(self, enqueued_at: float, entered_at: float) -> float:
+        """Enqueue to first token: where the stream delivered it, else by the engine's own timings from when the
+        request entered it; NaN where neither says."""
+        if self.stream is not None:
+            return self.stream.first - enqueued_at
+        return entered_at - enqueued_at + self.timings.to_first_token
+
+    def time_per_output_token(self) -> float:
+        """First to last token over the tokens after the first, by the stream or else the engine's timings; NaN
+        with one output token or no timings."""
+        if self.output_tokens < 2:
+            return NAN
+        decode = self.stream.last - self.stream.first if self.stream is not None else self.timings.decode
+        return decode / (self.output_tokens - 1)
+
 
 @dataclass
 class EngineInfo:

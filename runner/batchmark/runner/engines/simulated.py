@@ -365,9 +365,10 @@ class SimulatedLLMEngine:
     (queued <= scheduled <= first token <= last token) on ``time.monotonic()``.
     """
 
-    def __init__(self, llm: SimulatedLLM) -> None:
+    def __init__(self, llm: SimulatedLLM, clock: _Clock | None = None) -> None:
         self._llm = llm
-        self._clock = _Clock(wall_start=time.monotonic(), time_scale=llm.time_scale)
+        # The async engine (simulated_async.py) gives a clock that does not sleep: it waits on its event loop.
+        self._clock = clock or _Clock(wall_start=time.monotonic(), time_scale=llm.time_scale)
         self._arrival_wall = time.time() - time.monotonic()  # wall = monotonic + offset
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
@@ -382,12 +383,17 @@ class SimulatedLLMEngine:
         self, request_id: str, prompt: TokensPrompt, params: SamplingParams, arrival_time: float | None = None
     ) -> None:
         """Queue one request; an invalid prompt raises here, for that request alone, as in vLLM."""
+        self.queue(request_id, prompt, params)
+
+    def queue(self, request_id: str, prompt: TokensPrompt, params: SamplingParams) -> _Sequence:
+        """``add_request``, returning the request's sequence (the async engine follows its tokens)."""
         sequence = self._llm._validated(next(self._index), prompt, params)
         self._catch_up()
         sequence.request_id = request_id
         sequence.prompt_token_ids = list(prompt["prompt_token_ids"])
         sequence.queued_at = self._clock.now
         self._waiting.append(sequence)
+        return sequence
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._waiting or self._running)
@@ -402,14 +408,33 @@ class SimulatedLLMEngine:
         """One engine step; returns the outputs of the requests it finished."""
         if not self.has_unfinished_requests():
             return []
-        self._catch_up()
         before = self._running + list(self._waiting)
-        self._running = self._llm._step(self._waiting, self._running, self._clock)
+        self.advance()
         still = {id(seq) for seq in self._running} | {id(seq) for seq in self._waiting}
         return [self._output(seq) for seq in before if id(seq) not in still]
 
+    def advance(self) -> float:
+        """One engine step, without building outputs; the step's modelled end on ``time.monotonic()``."""
+        self._catch_up()
+        self._running = self._llm._step(self._waiting, self._running, self._clock)
+        return self._clock.stamp(self._clock.now)
+
+    def stats(self, seq: _Sequence) -> RequestStateStats:
+        """vLLM's per-request stats of a request that joined the running scheduler, on ``time.monotonic()``."""
+        stamp = self._clock.stamp
+        first, queued = stamp(seq.first_token_at), stamp(seq.queued_at)
+        return RequestStateStats(
+            num_generation_tokens=seq.generated,
+            arrival_time=queued + self._arrival_wall,
+            queued_ts=queued,
+            scheduled_ts=stamp(seq.scheduled_at or seq.queued_at),
+            first_token_ts=first,
+            last_token_ts=stamp(seq.finished_at),
+            first_token_latency=first - queued,
+        )
+
     def _output(self, seq: _Sequence) -> RequestOutput:
-        stats = joined_request_stats(seq, self._clock, self._arrival_wall)
+        stats = self.stats(seq)
         return RequestOutput(
             request_id=seq.request_id,
             prompt=None,
@@ -421,19 +446,3 @@ class SimulatedLLMEngine:
             finished=True,
             metrics=stats if self._llm.log_stats else None,
         )
-
-
-def joined_request_stats(seq: _Sequence, clock: _Clock, wall_offset: float) -> RequestStateStats:
-    """vLLM's per-request stats of a request that joined a running scheduler (``queued_at`` its arrival), on
-    ``time.monotonic()``; ``wall_offset`` turns a monotonic reading into wall time."""
-    stamp = clock.stamp
-    first, queued = stamp(seq.first_token_at), stamp(seq.queued_at)
-    return RequestStateStats(
-        num_generation_tokens=seq.generated,
-        arrival_time=queued + wall_offset,
-        queued_ts=queued,
-        scheduled_ts=stamp(seq.scheduled_at or seq.queued_at),
-        first_token_ts=first,
-        last_token_ts=stamp(seq.finished_at),
-        first_token_latency=first - queued,
-    )

@@ -2,19 +2,18 @@
 
 ``generate(prompt, sampling_params, request_id)`` is an async generator of ``RequestOutput``s, as vLLM's is:
 deltas with ``RequestOutputKind.DELTA``, every token so far with ``CUMULATIVE``, one output with ``FINAL_ONLY``.
-A core task on the caller's event loop stands in for vLLM's engine-core process: it runs the same scheduler
-steps as ``SimulatedLLMEngine`` (simulated.py) and, after each, waits until wall time has caught up with the
-step's modelled end (scaled by ``time_scale``; with 0 it only yields) before handing the step's tokens to the
-streams, so a reader sees each token when a real engine would have sent it. Idle time passes for the engine
+A core task on the caller's event loop stands in for vLLM's engine-core process: it steps a
+``SimulatedLLMEngine`` (simulated.py: the step API's scheduler state, its clock made not to sleep) and, after
+each step, waits until wall time has caught up with the step's modelled end (scaled by ``time_scale``; with 0 it
+only yields) before handing the step's tokens to the streams, so a reader sees each token when a real engine would
+have sent it. Idle time passes for the engine
 too: a request that arrives after a pause is scheduled at its arrival.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
@@ -25,10 +24,10 @@ from batchmark.runner.engines.simulated import (
     RequestOutputKind,
     SamplingParams,
     SimulatedLLM,
+    SimulatedLLMEngine,
     TokensPrompt,
     _Clock,
     _Sequence,
-    joined_request_stats,
 )
 
 
@@ -52,12 +51,8 @@ class SimulatedAsyncLLM:
 
     def __init__(self, llm: SimulatedLLM) -> None:
         self._llm = llm
-        self._clock = _PacedClock(wall_start=time.monotonic(), time_scale=llm.time_scale)
-        self._arrival_wall = time.time() - time.monotonic()  # wall = monotonic + offset
-        self._waiting: deque[_Sequence] = deque()
-        self._running: list[_Sequence] = []
+        self._engine = SimulatedLLMEngine(llm, _PacedClock(wall_start=time.monotonic(), time_scale=llm.time_scale))
         self._streams: dict[int, _Stream] = {}  # id(sequence) -> its stream
-        self._index = itertools.count()
         self._core: asyncio.Task[None] | None = None
         self._work: asyncio.Event | None = None
 
@@ -69,14 +64,9 @@ class SimulatedAsyncLLM:
         self, prompt: TokensPrompt, sampling_params: SamplingParams, request_id: str
     ) -> AsyncGenerator[RequestOutput, None]:
         """Queue the request and yield its outputs; an invalid prompt raises here, for that request alone."""
-        sequence = self._llm._validated(next(self._index), prompt, sampling_params)
-        self._catch_up()
-        sequence.request_id = request_id
-        sequence.prompt_token_ids = list(prompt["prompt_token_ids"])
-        sequence.queued_at = self._clock.now
+        sequence = self._engine.queue(request_id, prompt, sampling_params)
         stream = _Stream(sequence, sampling_params.output_kind)
         self._streams[id(sequence)] = stream
-        self._waiting.append(sequence)
         self._start_core()
         finished = False
         try:
@@ -86,7 +76,8 @@ class SimulatedAsyncLLM:
                 yield output
         finally:
             if not finished:
-                self._abort(sequence)  # the reader went away (cancelled): the engine drops the request
+                # The reader went away (cancelled): the engine drops the request.
+                self._engine.abort_request([request_id])
             self._streams.pop(id(sequence), None)
 
     def shutdown(self) -> None:
@@ -101,26 +92,15 @@ class SimulatedAsyncLLM:
             self._core = asyncio.get_running_loop().create_task(self._run_core(self._work))
         self._work.set()
 
-    def _catch_up(self) -> None:
-        clock = self._clock
-        if clock.time_scale > 0:
-            clock.now = max(clock.now, (time.monotonic() - clock.wall_start) / clock.time_scale)
-
-    def _abort(self, sequence: _Sequence) -> None:
-        self._waiting = deque(seq for seq in self._waiting if seq is not sequence)
-        self._running = [seq for seq in self._running if seq is not sequence]
-
     async def _run_core(self, work: asyncio.Event) -> None:
-        clock = self._clock
         while True:
-            if not (self._waiting or self._running):
+            if not self._engine.has_unfinished_requests():
                 work.clear()
                 await work.wait()
                 continue
-            self._catch_up()
-            self._running = self._llm._step(self._waiting, self._running, clock)
+            ends = self._engine.advance()
             # Each step's tokens reach the readers when the modelled step ends, not before.
-            await asyncio.sleep(max(0.0, clock.stamp(clock.now) - time.monotonic()))
+            await asyncio.sleep(max(0.0, ends - time.monotonic()))
             for stream in list(self._streams.values()):
                 self._send(stream)
 
@@ -149,10 +129,6 @@ class SimulatedAsyncLLM:
                     )
                 ],
                 finished=finished,
-                metrics=(
-                    joined_request_stats(sequence, self._clock, self._arrival_wall)
-                    if finished and self._llm.log_stats
-                    else None
-                ),
+                metrics=self._engine.stats(sequence) if finished and self._llm.log_stats else None,
             )
         )

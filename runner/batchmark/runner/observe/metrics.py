@@ -174,13 +174,11 @@ class MetricsObserver(RunObserver):
             engine.latency.observe(report.finished_at - enqueued_at)
             engine.queue_wait.observe(dispatched_at - enqueued_at)
             engine.batch_wait.observe(report.batch_wait(enqueued_at))
-            stream = completion.stream
-            if stream is not None:
-                engine.ttft.observe(stream.first - enqueued_at)
-                for interval in stream.intervals:  # about a microsecond each: one per output token
-                    engine.itl.observe(interval)
-            elif not math.isnan(completion.timings.to_first_token):
-                engine.ttft.observe(dispatched_at - enqueued_at + completion.timings.to_first_token)
+            first_token = completion.time_to_first_token(enqueued_at, dispatched_at)
+            if not math.isnan(first_token):
+                engine.ttft.observe(first_token)
+            for interval in completion.stream.intervals if completion.stream is not None else ():
+                engine.itl.observe(interval)  # about a microsecond each: one per output token
         # Counters move once per batch, by the batch's sums: a scrape never sees half a batch counted, and the
         # dispatcher pays one locked increment per series and batch rather than per request.
         if succeeded:

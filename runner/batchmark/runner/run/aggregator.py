@@ -308,23 +308,14 @@ class Aggregator:
         batch.batch_wait.append(batch_wait)
         batch.prompt_tokens.append(completion.prompt_tokens)
         batch.output_tokens.append(completion.output_tokens)
-        timings = completion.timings
-        request_ttft = request_tpot = math.nan
-        stream = completion.stream
-        if stream is not None:
-            # Read on the stream: when each token reached the reader, the engine's own timings aside.
-            request_ttft = stream.first - enqueued_at
+        request_ttft = completion.time_to_first_token(enqueued_at, entered)
+        request_tpot = completion.time_per_output_token()
+        if not math.isnan(request_ttft):
             batch.ttft.append(request_ttft)
-            batch.itl.extend(stream.intervals)
-            if completion.output_tokens > 1:
-                request_tpot = (stream.last - stream.first) / (completion.output_tokens - 1)
-                batch.tpot.append(request_tpot)
-        elif not math.isnan(timings.to_first_token):
-            request_ttft = entered - enqueued_at + timings.to_first_token
-            batch.ttft.append(request_ttft)
-            if completion.output_tokens > 1 and not math.isnan(timings.decode):
-                request_tpot = timings.decode / (completion.output_tokens - 1)
-                batch.tpot.append(request_tpot)
+        if not math.isnan(request_tpot):
+            batch.tpot.append(request_tpot)
+        if completion.stream is not None:
+            batch.itl.extend(completion.stream.intervals)  # read on the stream, token by token
         if self.budget is not None and self.budget.meets(
             {
                 "request_latency": latency,

@@ -534,14 +534,14 @@ class _Execution:
         return result.model_copy(update={"saturation": self._saturation_check(stop_reason == OVER_SATURATION)})
 
     def _saturation_check(self, saturated: bool) -> SaturationCheck | None:
-        verdict = self.detector.verdict if self.detector is not None else None
-        if verdict is None or self.saturation is None:
+        detector = self.detector
+        if detector is None or detector.verdict is None:
             return None
         return SaturationCheck(
             saturated=saturated,
-            **verdict._asdict(),
-            significance=self.saturation.significance,
-            window_seconds=self.saturation.seconds,
+            **detector.verdict._asdict(),
+            significance=detector.significance,
+            window_seconds=detector.window,
         )
 
     def _receive(self, aggregator: Aggregator, timeout: float) -> None:

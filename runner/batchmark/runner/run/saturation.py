@@ -48,7 +48,6 @@ class SaturationDetector:
     checks in a row have found both trends rising."""
 
     def __init__(self, start: float, window: float, segments: int, significance: float, checks: int) -> None:
-        self.start = start
         self.window = window
         self.segments = segments
         self.significance = significance

@@ -121,3 +121,18 @@ def test_the_engine_dying_ends_the_dispatch_and_cancels_what_streams() -> None:
     reported = [completion.request_id for report in reports.sent for completion in report.completions]
     assert 2 not in reported
     assert 1 not in reported
+
+
+class Broken(Dying):
+    """A streaming engine whose adapter has a bug: an error that is no request's failure."""
+
+    async def stream(self, item: WorkItem) -> Completion:
+        raise KeyError("a bug")
+
+
+def test_an_error_that_is_no_request_s_ends_the_dispatch_as_itself() -> None:
+    """The worker reports it as a crash with its traceback, not as the engine's death."""
+    queue = AdmissionQueue()
+    queue.put(items(2))
+    with pytest.raises(KeyError, match="a bug"):
+        dispatch_streams(cast(Any, Broken()), queue, cast(Reporter, Reports(queue, 10**9)))
