@@ -156,11 +156,137 @@ class Recorder:
             return len(self.succeeded) + len(self.failed)
 
 
-def peak_rss_mb(pid: int) -> float:
+def process_status(pid: int, field: str) -> int:
+    """A number of /proc/PID/status (kB for memory)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def peak_rss_mb(pid: int) -> float:
+    return process_status(pid, "VmHWM") / 1024
+
+
+class MemorySampler:
+    """The operator's RSS and thread count every half second, beside what the recorder had seen by then: where in
+    the run its peak falls (the burst of applies, the drain, or the end)."""
+
+    def __init__(self, pid: int, recorder: Recorder, applied: dict[str, float], started: float) -> None:
+        self.pid, self.recorder, self.applied, self.started = pid, recorder, applied, started
+        self.samples: list[dict[str, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.5):
+            try:
+                rss, threads = process_status(self.pid, "VmRSS"), process_status(self.pid, "Threads")
+            except (OSError, KeyError):
+                return
+            with self.recorder.lock:
+                jobs, succeeded = len(self.recorder.job_created), len(self.recorder.succeeded)
+            self.samples.append(
+                {
+                    "t_s": round(time.monotonic() - self.started, 1),
+                    "rss_mb": round(rss / 1024, 1),
+                    "threads": threads,
+                    "applied": len(self.applied),
+                    "jobs": jobs,
+                    "succeeded": succeeded,
+                }
+            )
+
+    def figures(self) -> dict[str, Any]:
+        self.stop.set()
+        self.thread.join()
+        if not self.samples:
+            return {}
+        peak = max(self.samples, key=lambda sample: sample["rss_mb"])
+        # One sample in twenty seconds, and the peak's: the shape of the run without a thousand lines.
+        every = [sample for index, sample in enumerate(self.samples) if index % 40 == 0]
+        return {"operator_rss_peak_sample": peak, "operator_rss_timeline": every}
+
+
+# What the API server's audit log records here: the creations of benchmarks and of their Jobs, at Metadata level
+# (no bodies), so that apply -> Job can be read from the API server's own clock.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "Metadata",
+            "verbs": ["create"],
+            "resources": [
+                {"group": "batchmark.dev", "resources": ["batchbenchmarks"]},
+                {"group": "batch", "resources": ["jobs"]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def microstamp(value: str) -> float:
+    """An audit event's MicroTime (RFC 3339 with microseconds) as seconds since the epoch."""
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
+
+
+def audited_figures(cluster: ControlPlane, namespace: str) -> dict[str, Any]:
+    """Apply -> Job from the API server's audit log, microseconds, no watcher's lag in it: from the moment the
+    BatchBenchmark's creation was answered (stored) to the moment the Job's was, split where the operator's
+    create call of the Job reached the API server: before it, the watch event's way to the operator and the
+    operator's own work (its kopf, its handler, its other calls of that round); after it, the API server's
+    handling of that call (admission, storage)."""
+    stored: dict[str, float] = {}
+    job_received: dict[str, float] = {}
+    job_stored: dict[str, float] = {}
+    for line in cluster.layout.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        reference = event.get("objectRef") or {}
+        if reference.get("namespace") != namespace or (event.get("responseStatus") or {}).get("code") != 201:
+            continue
+        name = reference.get("name", "")
+        if reference.get("resource") == "batchbenchmarks":
+            stored[name] = microstamp(event["stageTimestamp"])
+        elif reference.get("resource") == "jobs":
+            job_received[name] = microstamp(event["requestReceivedTimestamp"])
+            job_stored[name] = microstamp(event["stageTimestamp"])
+    names = [name for name in stored if name in job_stored]
+    if not names:
+        return {}
+    to_job = [job_stored[name] - stored[name] for name in names]
+    to_request = [job_received[name] - stored[name] for name in names]
+    in_server = [job_stored[name] - job_received[name] for name in names]
+    slowest = sorted(names, key=lambda name: job_stored[name] - stored[name])[-3:]
+    # The slowest apply -> Job of the benchmarks applied in each second of the burst: a tail in its first seconds
+    # is the operator warming up (threads, connections), one spread over it is load.
+    first = min(stored.values())
+    by_second: dict[int, float] = {}
+    for name in names:
+        second = int(stored[name] - first)
+        by_second[second] = max(by_second.get(second, 0.0), job_stored[name] - stored[name])
+    return {
+        "audited_apply_to_job_p50_s": round(statistics.median(to_job), 3),
+        "audited_apply_to_job_p99_s": round(percentile(to_job, 0.99), 3),
+        "audited_apply_to_job_max_s": round(max(to_job), 3),
+        "audited_apply_to_job_request_p50_s": round(statistics.median(to_request), 3),
+        "audited_apply_to_job_request_p99_s": round(percentile(to_request, 0.99), 3),
+        "audited_job_create_in_api_server_p50_s": round(statistics.median(in_server), 3),
+        "audited_job_create_in_api_server_p99_s": round(percentile(in_server, 0.99), 3),
+        "audited_apply_to_job_max_by_second_of_burst": [round(by_second[second], 2) for second in sorted(by_second)],
+        # The three slowest, each split: (to the operator's request, in the API server), and when it was applied.
+        "audited_slowest": {
+            name: [
+                round(job_received[name] - stored[name], 3),
+                round(job_stored[name] - job_received[name], 3),
+                f"applied {round(stored[name] - min(stored.values()), 1)} s after the first",
+            ]
+            for name in slowest
+        },
+    }
 
 
 def reconcile_figures(metrics_port: int) -> tuple[int, float]:
@@ -419,7 +545,10 @@ def main() -> int:
     args = parser.parse_args()
     # Built before the cluster starts: seconds while the tree is unchanged, minutes the first time.
     runner_archive = images.built_archive("runner")
-    with tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory, ControlPlane(Path(directory)) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="batchmark-scale-") as directory,
+        ControlPlane(Path(directory), audit_policy=AUDIT_POLICY) as cluster,
+    ):
         # The benchmarks name no image: the operator's default, one of the names the image is put under.
         cluster.load_images([runner_archive], {images.TAGS["runner"]: images.default_names("runner")})
         cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "batchmark.dev_batchbenchmarks.yaml"))
@@ -439,6 +568,7 @@ def main() -> int:
             api = CustomObjectsApi(cluster.api_client())
             applied: dict[str, float] = {}
             started = time.monotonic()
+            memory = MemorySampler(operator.pid, recorder, applied, started)
             for index in range(args.benchmarks):
                 name = f"bb-{index:03d}"
                 api.create_namespaced_custom_object(
@@ -451,6 +581,7 @@ def main() -> int:
             operator_cpu = cpu_seconds(operator.pid) - cpu_before
             steal_seconds = (cpu_steal_ticks() - steal_before) / os.sysconf("SC_CLK_TCK")
             reconciles, reconcile_mean = reconcile_figures(metrics_port)
+            memory_figures = memory.figures()
             load_after = os.getloadavg()
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
@@ -471,6 +602,8 @@ def main() -> int:
                 "operator_reconcile_mean_s": round(reconcile_mean, 3),
                 "load_average_1m_before_after": [round(load_before[0], 1), round(load_after[0], 1)],
                 **stamped_figures(cluster, namespace),
+                **audited_figures(cluster, namespace),
+                **memory_figures,
                 # Since the control plane started (the operator's start-up and the 200 applies included).
                 "api_requests_top": dict(list(api_requests(cluster).items())[:25]),
                 "api_mean_seconds": api_waits(cluster),

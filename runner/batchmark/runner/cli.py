@@ -11,14 +11,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchmark.runner import __version__
-from batchmark.runner.commands import compare, history, merge, report, run
-from batchmark.runner.commands.history import add_selection_arguments
-from batchmark.runner.config.arguments import DEFAULT_LINGER_SECONDS, http_url, linger_seconds, port_number
+from batchmark.runner.config.arguments import (
+    DEFAULT_LINGER_SECONDS,
+    HISTORY_FORMATS,
+    http_url,
+    linger_seconds,
+    port_number,
+)
 from batchmark.runner.config.base import MAX_REPEATS, MAX_SWEEP_BENCHMARKS
 from batchmark.runner.config.sweep import MAX_SWEEP_FIELDS
 from batchmark.runner.contract import EXIT_USAGE
 from batchmark.runner.lifecycle.shutdown import Shutdown
-from batchmark.runner.observe.statuswriter import StatusWriter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,11 +187,53 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the merged result to PATH (.json, .yaml, .csv, .html, or .br.yaml/.br.json: llm-d's Benchmark "
         "Report v0.2; repeatable)",
     )
-    history.add_history_parser(commands)
+    add_history_parser(commands)
     # Commands of other parts (the operator's crd, manifest, ...), registered by entry point: they set `handler`.
     for entry_point in importlib.metadata.entry_points(group="batchmark.commands"):
         entry_point.load()(commands)
     return parser
+
+
+def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    history = commands.add_parser(
+        "history",
+        help="list the runs kept in a results store",
+        description="List the runs a results store keeps (`batchmark run --store`), oldest first, filtered by "
+        "model, GPU, engine version, name, fingerprint and time. Filters take shell-style patterns (*, ?, [..]); "
+        "all given must match.",
+    )
+    history.add_argument(
+        "--store", required=True, help="the results store: a folder (a path or a file:// URL) or s3://BUCKET/PREFIX"
+    )
+    add_selection_arguments(history)
+    history.add_argument(
+        "--format", default="table", help=f"how to print them: {', '.join(HISTORY_FORMATS)} (default table)"
+    )
+    history.add_argument(
+        "--compact",
+        action="store_true",
+        help="first gather the store's index into one compacted object, so that reading it takes a request or two"
+        " (stores compact themselves every 100 runs; this needs the right to write and delete in the store)",
+    )
+    history.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="write them to PATH instead: .json, .csv, or .html (a page with output tokens/s over time per model and"
+        " hardware, a series per workload, and the runs)",
+    )
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The filters that pick stored runs: history lists them, compare compares them."""
+    parser.add_argument("--model", metavar="PATTERN", help="the model, e.g. 'Qwen/*'")
+    parser.add_argument("--gpu", metavar="PATTERN", help="the device name, e.g. '*H100*'")
+    parser.add_argument("--engine-version", metavar="PATTERN", help="vLLM's version, e.g. '0.11.*'")
+    parser.add_argument("--name", metavar="PATTERN", help="the benchmark's name")
+    parser.add_argument("--fingerprint", metavar="PATTERN", help="the workload's fingerprint key (or its start*)")
+    parser.add_argument("--since", metavar="TIME", help="runs started at or after TIME (ISO 8601: 2026-12-01)")
+    parser.add_argument("--until", metavar="TIME", help="runs started before TIME (ISO 8601)")
+    parser.add_argument("--last", metavar="N", help="only the N most recent runs that match")
 
 
 def main(argv: Sequence[str] | None = None, shutdown: Shutdown | None = None) -> int:
@@ -196,19 +241,32 @@ def main(argv: Sequence[str] | None = None, shutdown: Shutdown | None = None) ->
     passes them in, an in-process caller gets them installed for the call."""
     installed_here = shutdown is None
     shutdown = shutdown or Shutdown.install()
+    # Each command's module is imported when that command runs: the runner's stack (numpy, SciPy, rich, the
+    # engines) is over 100 MB that `batchmark operator`, a command of the same program, must not carry.
     try:
         args = build_parser().parse_args(argv)
         if args.command == "run":
+            from batchmark.runner.commands import run  # noqa: PLC0415 - see above
+            from batchmark.runner.observe.statuswriter import StatusWriter  # noqa: PLC0415 - see above
+
             # Inside a BatchBenchmark's pod its environment switches the status writer on; elsewhere it is None.
             status_writer = StatusWriter.from_environment()
             return run.run_command(args, [status_writer] if status_writer is not None else [], shutdown=shutdown)
         if args.command == "report":
+            from batchmark.runner.commands import report  # noqa: PLC0415 - see above
+
             code = report.report_command(args)
         elif args.command == "compare":
+            from batchmark.runner.commands import compare  # noqa: PLC0415 - see above
+
             code = compare.compare_command(args)
         elif args.command == "merge":
+            from batchmark.runner.commands import merge  # noqa: PLC0415 - see above
+
             code = merge.merge_command(args)
         elif args.command == "history":
+            from batchmark.runner.commands import history  # noqa: PLC0415 - see above
+
             code = history.history_command(args)
         elif (handler := getattr(args, "handler", None)) is not None:
             code = handler(args)

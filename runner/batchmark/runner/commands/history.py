@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from batchmark.runner.config.arguments import HISTORY_FORMATS as FORMATS
 from batchmark.runner.config.load import UsageError
 from batchmark.runner.config.output_paths import output_problem
 from batchmark.runner.contract import EXIT_USAGE
@@ -25,7 +26,6 @@ from batchmark.runner.results.outputs import write_atomically
 from batchmark.runner.store.entries import StoredRun, utc
 from batchmark.runner.store.results_store import StoreError, open_store
 
-FORMATS = ("table", "json", "csv")
 # The columns of --format csv (the fingerprint's whole workload is in --format json).
 CSV_COLUMNS = (
     "created_at",
@@ -57,46 +57,6 @@ _GLOBS: dict[str, Callable[[StoredRun], str | None]] = {
     "name": lambda run: run.name,
     "fingerprint": lambda run: run.fingerprint.key,
 }
-
-
-def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    history = commands.add_parser(
-        "history",
-        help="list the runs kept in a results store",
-        description="List the runs a results store keeps (`batchmark run --store`), oldest first, filtered by "
-        "model, GPU, engine version, name, fingerprint and time. Filters take shell-style patterns (*, ?, [..]); "
-        "all given must match.",
-    )
-    history.add_argument(
-        "--store", required=True, help="the results store: a folder (a path or a file:// URL) or s3://BUCKET/PREFIX"
-    )
-    add_selection_arguments(history)
-    history.add_argument("--format", default="table", help=f"how to print them: {', '.join(FORMATS)} (default table)")
-    history.add_argument(
-        "--compact",
-        action="store_true",
-        help="first gather the store's index into one compacted object, so that reading it takes a request or two"
-        " (stores compact themselves every 100 runs; this needs the right to write and delete in the store)",
-    )
-    history.add_argument(
-        "-o",
-        "--output",
-        metavar="PATH",
-        help="write them to PATH instead: .json, .csv, or .html (a page with output tokens/s over time per model and"
-        " hardware, a series per workload, and the runs)",
-    )
-
-
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """The filters that pick stored runs: history lists them, compare compares them."""
-    parser.add_argument("--model", metavar="PATTERN", help="the model, e.g. 'Qwen/*'")
-    parser.add_argument("--gpu", metavar="PATTERN", help="the device name, e.g. '*H100*'")
-    parser.add_argument("--engine-version", metavar="PATTERN", help="vLLM's version, e.g. '0.11.*'")
-    parser.add_argument("--name", metavar="PATTERN", help="the benchmark's name")
-    parser.add_argument("--fingerprint", metavar="PATTERN", help="the workload's fingerprint key (or its start*)")
-    parser.add_argument("--since", metavar="TIME", help="runs started at or after TIME (ISO 8601: 2026-12-01)")
-    parser.add_argument("--until", metavar="TIME", help="runs started before TIME (ISO 8601)")
-    parser.add_argument("--last", metavar="N", help="only the N most recent runs that match")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ def port_number(text: str) -> int:
     return port
 
 
+HISTORY_FORMATS: Final = ("table", "json", "csv")  # `batchmark history --format`
 DEFAULT_LINGER_SECONDS: Final = 15.0  # Prometheus' default scrape interval: the last values get scraped once
 MAX_LINGER_SECONDS: Final = 3600.0  # an hour: far beyond any scrape interval
 

@@ -1,8 +1,8 @@
 """What the runner and the operator know of one engine, in one place: its ``EngineEntry`` (registry.py lists them).
 
-Nothing outside an engine's own module asks which engine runs: it asks the engine's entry. An entry is light to
-import (its loader imports the heavy parts, vLLM and torch, only when it runs), so the operator reads a pod's
-needs from it without loading an engine.
+Nothing outside an engine's own module asks which engine runs: it asks the engine's entry. Its loader imports the
+heavy parts, vLLM and torch, only when it runs, so the operator reads a pod's needs from it without loading an
+engine.
 """
 
 from __future__ import annotations

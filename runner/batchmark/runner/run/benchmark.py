@@ -54,7 +54,7 @@ from batchmark.runner.results.scaling import with_scaling_efficiency
 from batchmark.runner.run.aggregator import Aggregator, Window
 from batchmark.runner.run.events import BatchEvent, Observers, Phase, Progress, RunObserver
 from batchmark.runner.run.profiles import Strategy, initial_strategies, sweep_rates
-from batchmark.runner.run.saturation import OVER_SATURATION, SaturationDetector
+from batchmark.runner.run.saturation import OVER_SATURATION, SaturationDetector, import_trend_test
 from batchmark.runner.run.search import METHOD as SEARCH_METHOD
 from batchmark.runner.run.search import Measured, SearchOutcome, search
 
@@ -454,6 +454,8 @@ class _Execution:
             saturation if isinstance(saturation, OverSaturationConstraint) and strategy.rate is not None else None
         )
         self.detector: SaturationDetector | None = None
+        if self.saturation is not None:
+            import_trend_test()  # before the clock starts: it takes seconds the first time
         self.recent_outcomes: deque[bool] = deque(maxlen=self.error_rate.window if self.error_rate else 1)
         self.window = Window.resolve(
             config.profile.warmup, config.profile.cooldown, self.max_requests, self.max_seconds

@@ -24,9 +24,7 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
-
-from scipy import stats
+from typing import Any, NamedTuple
 
 # The stop reason of a benchmark the detector ended (the constraint's kind, as every constraint's stop reason is).
 OVER_SATURATION = "over_saturation"
@@ -43,11 +41,22 @@ class SaturationVerdict(NamedTuple):
     in_flight_last: float  # and in its last
 
 
+def import_trend_test() -> Callable[..., Any]:
+    """SciPy's Kendall tau test. scipy.stats takes seconds to import: a benchmark that watches for saturation
+    imports it as it is set up, before its clock starts; other processes that import the run's modules (the
+    operator does) never do."""
+    from scipy import stats  # noqa: PLC0415 - see above
+
+    kendalltau: Callable[..., Any] = stats.kendalltau
+    return kendalltau
+
+
 class SaturationDetector:
     """Fed the run loop's samples; ``saturated`` checks at most once per segment, and says so once ``checks``
     checks in a row have found both trends rising."""
 
     def __init__(self, start: float, window: float, segments: int, significance: float, checks: int) -> None:
+        self._kendalltau = import_trend_test()
         self.window = window
         self.segments = segments
         self.significance = significance
@@ -78,14 +87,20 @@ class SaturationDetector:
         if in_flight is None or latency is None:
             self._rising_checks = 0
             return False  # a segment without samples: too little to judge
-        in_flight_tau, in_flight_p = _rising(in_flight)
-        latency_tau, latency_p = _rising(latency)
+        in_flight_tau, in_flight_p = self._rising(in_flight)
+        latency_tau, latency_p = self._rising(latency)
         self.verdict = SaturationVerdict(
             in_flight_tau, in_flight_p, latency_tau, latency_p, in_flight[0], in_flight[-1]
         )
         rising = in_flight_p < self.significance and latency_p < self.significance
         self._rising_checks = self._rising_checks + 1 if rising else 0
         return self._rising_checks >= self.checks
+
+    def _rising(self, values: list[float]) -> tuple[float, float]:
+        """Kendall's tau of the values against their order, and its one-sided p-value for a rising trend."""
+        result = self._kendalltau(range(len(values)), values, alternative="greater")
+        tau, p = float(result.statistic), float(result.pvalue)
+        return (0.0, 1.0) if math.isnan(tau) else (tau, p)
 
     def _segment_values(
         self, samples: Iterable[tuple[float, float]], begin: float, summary: Callable[[list[float]], float]
@@ -98,10 +113,3 @@ class SaturationDetector:
         if any(not bucket for bucket in buckets):
             return None
         return [summary(bucket) for bucket in buckets]
-
-
-def _rising(values: list[float]) -> tuple[float, float]:
-    """Kendall's tau of the values against their order, and its one-sided p-value for a rising trend."""
-    result = stats.kendalltau(range(len(values)), values, alternative="greater")
-    tau, p = float(result.statistic), float(result.pvalue)
-    return (0.0, 1.0) if math.isnan(tau) else (tau, p)

@@ -3,6 +3,9 @@ stopped soon after its window has passed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -108,3 +111,9 @@ def test_a_sweep_stops_at_the_first_rate_found_saturated(monkeypatch: pytest.Mon
     assert rates == pytest.approx([2 + 18 * step / 7 for step in range(1, 5)])
     assert [result.stop_reason for result in results][-1] == "over_saturation"
     assert len(runner._strategies[0]) == len(ran) == 6
+
+
+def test_scipy_is_imported_only_for_a_benchmark_that_watches_for_saturation() -> None:
+    # SciPy takes seconds and tens of MB to import; the run's modules are imported by every run and by the operator.
+    code = "import sys, batchmark.runner.commands.run, batchmark.runner.run.saturation; print('scipy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True).stdout == "False\n"
