@@ -241,8 +241,9 @@ def main(argv: Sequence[str] | None = None, shutdown: Shutdown | None = None) ->
     passes them in, an in-process caller gets them installed for the call."""
     installed_here = shutdown is None
     shutdown = shutdown or Shutdown.install()
-    # Each command's module is imported when that command runs: the runner's stack (numpy, SciPy, rich, the
-    # engines) is over 100 MB that `batchmark operator`, a command of the same program, must not carry.
+    # Each command's module is imported when that command runs: what the runner's commands import (SciPy, the
+    # store, the HTML report: about 60 MB) is memory `batchmark operator`, a command of the same program, must
+    # not carry.
     try:
         args = build_parser().parse_args(argv)
         if args.command == "run":

@@ -1,6 +1,6 @@
 """What the operator's process loads: `batchmark operator` is a command of the runner's program, and the runner's
-stack (SciPy, pyarrow, DuckDB, the report and store modules, the other commands) is memory the operator must not
-carry: with it the operator started at 163 MB instead of 84 MB (benchmarks/notes/operator-under-load.md)."""
+stack (SciPy, pyarrow, DuckDB, the HTML report, the store, the other commands) is memory the operator must not
+carry: with it the operator started at 163 MB instead of 100 MB (benchmarks/notes/operator-under-load.md)."""
 
 from __future__ import annotations
 
