@@ -237,11 +237,6 @@ AUDIT_POLICY = {
 }
 
 
-def microstamp(value: str) -> float:
-    """An audit event's MicroTime (RFC 3339 with microseconds) as seconds since the epoch."""
-    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
-
-
 def audited_figures(cluster: ControlPlane, namespace: str) -> dict[str, Any]:
     """Apply -> Job from the API server's audit log, microseconds, no watcher's lag in it: from the moment the
     BatchBenchmark's creation was answered (stored) to the moment the Job's was, split where the operator's
@@ -261,19 +256,19 @@ def audited_figures(cluster: ControlPlane, namespace: str) -> dict[str, Any]:
             continue
         name, resource = reference.get("name", ""), reference.get("resource")
         if resource == "batchbenchmarks" and event["verb"] == "create":
-            stored[name] = microstamp(event["stageTimestamp"])
+            stored[name] = epoch_seconds(event["stageTimestamp"])
             continue
-        requests.append((name, microstamp(event["requestReceivedTimestamp"])))
+        requests.append((name, epoch_seconds(event["requestReceivedTimestamp"])))
         if resource == "jobs":
-            job_received[name] = microstamp(event["requestReceivedTimestamp"])
-            job_stored[name] = microstamp(event["stageTimestamp"])
+            job_received[name] = epoch_seconds(event["requestReceivedTimestamp"])
+            job_stored[name] = epoch_seconds(event["stageTimestamp"])
     names = [name for name in stored if name in job_stored]
     if not names:
         return {}
     round_began: dict[str, float] = {}
     for child, received in requests:
-        owner = child if child in stored else child.rsplit("-", 1)[0]
-        while owner and owner not in stored and "-" in owner:
+        owner = child
+        while owner not in stored and "-" in owner:
             owner = owner.rsplit("-", 1)[0]
         if owner in stored:
             round_began[owner] = min(round_began.get(owner, received), received)
@@ -340,11 +335,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def epoch_seconds(value: str) -> float:
+    """An API server timestamp (RFC 3339: an object's whole seconds, an audit event's microseconds) as seconds since
+    the epoch."""
+    return datetime.datetime.fromisoformat(value).timestamp()
+
+
 def stamp(value: str | None) -> float | None:
-    """An API server timestamp (RFC 3339, whole seconds) as seconds since the epoch."""
-    if not value:
-        return None
-    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+    """An object's timestamp, where it has one, as seconds since the epoch."""
+    return epoch_seconds(value) if value else None
 
 
 def api_requests(cluster: ControlPlane) -> dict[str, int]:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from batchmark.runner.config.arguments import HISTORY_FORMATS as FORMATS
+from batchmark.runner.config.arguments import HISTORY_FORMATS
 from batchmark.runner.config.load import UsageError
 from batchmark.runner.config.output_paths import output_problem
 from batchmark.runner.contract import EXIT_USAGE
@@ -130,8 +130,8 @@ def history_command(args: argparse.Namespace) -> int:
 
 
 def _format(args: argparse.Namespace) -> str:
-    if args.format not in FORMATS:
-        raise UsageError(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
+    if args.format not in HISTORY_FORMATS:
+        raise UsageError(f"--format: {args.format!r} is not one of {', '.join(HISTORY_FORMATS)}")
     if args.output is None:
         return str(args.format)
     suffix = Path(args.output).suffix.lower().lstrip(".")
