@@ -43,6 +43,9 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 # Each waits 10 s (client-go's TLS handshake timeout): a minute in all for a stalled API server.
 REQUEST_ATTEMPTS = 6
+# How a request can fail before the API server has it whole: a handshake that timed out, or that the server ended
+# (a TLS error such as an unexpected EOF, or a reset).
+UNSENT_FAILURES = (TimeoutError, ssl.SSLError, ConnectionResetError)
 
 
 class ClusterError(RuntimeError):
@@ -501,11 +504,13 @@ class ControlPlane:
         """One API request as the admin; returns the decoded JSON answer, raising HTTPError on failure.
 
         A loaded machine can stall the API server past the timeout (its etcd waiting on a disk busy importing an
-        image; CI saw its TLS handshakes stall for over 20 s). A request that timed out before it was sent whole
-        (connecting, the TLS handshake: urlopen wraps those in a URLError) cannot have been done, so it is sent
-        again, up to REQUEST_ATTEMPTS times; a GET whose answer did not come is asked again too, as the
+        image; CI saw its TLS handshakes stall for over 20 s), or the server can drop a handshake whose deadline
+        passed while the machine stood still (CI saw an EOF mid-handshake). A request that failed before it was
+        sent whole (connecting, the TLS handshake: urlopen wraps those in a URLError) cannot have been done, so it
+        is sent again, up to REQUEST_ATTEMPTS times; a GET whose answer did not come is asked again too, as the
         Kubernetes clients retry an idempotent read (a write whose answer did not come may have been done, and
-        is not)."""
+        is not). A refused connection is not: the server is not there, which is what a caller waiting for it
+        needs to know."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
@@ -516,8 +521,8 @@ class ControlPlane:
                     payload = answer.read()
                 break
             except (TimeoutError, urllib.error.URLError) as error:
-                # urlopen wraps a timeout while connecting (the handshake) in a URLError; one while reading is bare.
-                unsent = isinstance(error, urllib.error.URLError) and isinstance(error.reason, TimeoutError)
+                # urlopen wraps a failure while connecting or sending in a URLError; one while reading is bare.
+                unsent = isinstance(error, urllib.error.URLError) and isinstance(error.reason, UNSENT_FAILURES)
                 unanswered_read = isinstance(error, TimeoutError) and method == "GET"
                 if attempt == REQUEST_ATTEMPTS or not (unsent or unanswered_read):
                     raise

@@ -1,5 +1,5 @@
-"""The control plane's admin requests: a GET that timed out, reading or shaking hands, is asked again; a write only
-when it was never sent."""
+"""The control plane's admin requests: a GET that timed out, reading or shaking hands, or whose handshake the server
+ended, is asked again; a write only when it was never sent; a refused connection never."""
 
 from __future__ import annotations
 
@@ -41,8 +41,13 @@ def plane_answering(monkeypatch: pytest.MonkeyPatch, failures: list[BaseExceptio
 
 @pytest.mark.parametrize(
     "failure",
-    [TimeoutError("timed out"), urllib.error.URLError(TimeoutError("_ssl.c:989: The handshake operation timed out"))],
-    ids=["reading", "handshake"],
+    [
+        TimeoutError("timed out"),
+        urllib.error.URLError(TimeoutError("_ssl.c:989: The handshake operation timed out")),
+        urllib.error.URLError(ssl.SSLEOFError(8, "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation")),
+        urllib.error.URLError(ConnectionResetError(104, "Connection reset by peer")),
+    ],
+    ids=["reading", "handshake", "handshake-ended", "reset"],
 )
 def test_a_get_that_timed_out_is_asked_again(monkeypatch: pytest.MonkeyPatch, failure: BaseException) -> None:
     plane, asked = plane_answering(monkeypatch, [failure] * (REQUEST_ATTEMPTS - 1))
@@ -73,10 +78,16 @@ def test_a_write_whose_answer_timed_out_is_never_sent_again(monkeypatch: pytest.
     assert asked == ["POST"]
 
 
-def test_a_write_never_sent_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """urlopen wraps a timeout before the request was sent whole (connecting, the TLS handshake, sending) in a
-    URLError: the API server cannot have done it. CI saw handshakes stall for over 20 s (two tries)."""
-    unsent = urllib.error.URLError(TimeoutError("handshake"))
+@pytest.mark.parametrize(
+    "reason",
+    [TimeoutError("handshake"), ssl.SSLEOFError(8, "EOF occurred in violation of protocol")],
+    ids=["handshake-timed-out", "handshake-ended"],
+)
+def test_a_write_never_sent_is_sent_again(monkeypatch: pytest.MonkeyPatch, reason: OSError) -> None:
+    """urlopen wraps a failure before the request was sent whole (connecting, the TLS handshake, sending) in a
+    URLError: the API server cannot have done it. CI saw handshakes stall for over 20 s (two tries), and one the
+    server ended with an EOF after the machine stood still."""
+    unsent = urllib.error.URLError(reason)
     plane, asked = plane_answering(monkeypatch, [unsent] * (REQUEST_ATTEMPTS - 1))
     answer: Any = plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": "n"}})
     assert answer == {"kind": "Pod"}
