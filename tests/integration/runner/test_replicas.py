@@ -194,3 +194,32 @@ def test_two_runs_measured_apart_merge_into_one_fleets_result(tmp_path: Path) ->
     assert count == sum(run["distributions"]["request_latency"]["count"] for run in runs)
     assert "engine replicas" in outcome.stdout
     assert 'id="replicas"' in merged_html.read_text()
+
+
+def test_the_async_backend_streams_through_every_replica(tmp_path: Path) -> None:
+    """backend.replicas with the async backend: each replica is its own AsyncLLM worker, each request streamed by
+    the one it went to; the figures are whole (every request's first token and intervals) and every replica's part
+    adds up to the run's."""
+    outputs = [tmp_path / "r.json"]
+    args = run_args(
+        backend(dispatch="stream", replicas=2),
+        profile="kind=throughput,max_concurrency=32",
+        constraint="kind=max_requests,count=300",
+        outputs=outputs,
+    )
+    outcome = batchmark(tmp_path, args)
+    assert outcome.code == 0, outcome.stderr
+    assert_clean(outcome)
+    assert_outputs(outputs, complete=True, benchmarks=1)
+    results = read_results(outputs[0])
+    assert results["dispatch"] == "stream"
+    [benchmark] = results["benchmarks"]
+    replicas = benchmark["replicas"]
+    assert [replica["replica"] for replica in replicas] == [0, 1]
+    assert all(replica["requests"]["completed"] > 0 for replica in replicas)
+    assert sum(replica["requests"]["completed"] for replica in replicas) == benchmark["requests"]["completed"] == 300
+    assert sum(replica["tokens"]["output"] for replica in replicas) == benchmark["tokens"]["output"]
+    distributions = benchmark["distributions"]
+    assert distributions["time_to_first_token"]["count"] == 300
+    assert distributions["inter_token_latency"]["count"] == benchmark["tokens"]["output"] - 300
+    assert benchmark["replica_summary"]["count"] == 2
