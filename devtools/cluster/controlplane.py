@@ -44,8 +44,8 @@ DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 # Each waits 10 s (client-go's TLS handshake timeout): a minute in all for a stalled API server.
 REQUEST_ATTEMPTS = 6
 # How a request can fail before the API server has it whole: a handshake that timed out, or that the server ended
-# (a TLS error such as an unexpected EOF, or a reset).
-UNSENT_FAILURES = (TimeoutError, ssl.SSLError, ConnectionResetError)
+# (an unexpected EOF, or a reset). Other TLS errors, a certificate refused, say, would fail again the same way.
+UNSENT_FAILURES = (TimeoutError, ssl.SSLEOFError, ConnectionResetError)
 
 
 class ClusterError(RuntimeError):
